@@ -1,0 +1,43 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "ACSecureFile",
+    products: [
+        // Swift API: the engine, secure services and the Foundation layer.
+        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        // The POSIX-style C API (CShim's headers) with the engine inside: libACSecureFile.so.
+        .library(name: "ACSecureFile", type: .dynamic, targets: ["CShim", "ACSecureFileCAPI"]),
+        .executable(name: "acsecure", targets: ["acsecure"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+
+        // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
+        .target(name: "ACCrypto", dependencies: ["CLibCrypto", "CSodium"]),
+        // The store, the seed, lock/unlock/retire and key derivation.
+        .target(name: "ACSecureServices", dependencies: ["ACCrypto"]),
+        // The chunked file format and the POSIX-semantics engine.
+        .target(name: "ACSecureFileCore", dependencies: ["ACCrypto", "ACSecureServices"]),
+
+        // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
+        .target(name: "CShim", path: "CShim"),
+        // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
+        .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices"]),
+
+        .executableTarget(name: "acsecure", dependencies: [
+            "ACSecureFileCore", "ACSecureServices",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
+        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

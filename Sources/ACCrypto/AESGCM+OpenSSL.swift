@@ -1,0 +1,162 @@
+import CLibCrypto
+
+/// AES-256-GCM through OpenSSL's EVP interface.
+///
+/// A context is keyed once; each seal or open only resets the 96-bit nonce, so the hot path performs
+/// no allocation and no key expansion. A context is not thread-safe: the owner serialises its use
+/// (the engine keeps one per open file, used under that file's lock).
+public final class AESGCMContext: @unchecked Sendable {
+    public static let keySize = 32
+    public static let nonceSize = 12
+    public static let tagSize = 16
+
+    private let encryptContext: OpaquePointer
+    private let decryptContext: OpaquePointer
+
+    /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
+    public init(key: SecureBytes) throws(CryptoError) {
+        guard key.count == Self.keySize else { throw CryptoError.invalidKeySize }
+        guard let enc = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
+        guard let dec = EVP_CIPHER_CTX_new() else {
+            EVP_CIPHER_CTX_free(enc)
+            throw CryptoError.openSSL("EVP_CIPHER_CTX_new")
+        }
+        encryptContext = enc
+        decryptContext = dec
+        let ok = key.withUnsafeBytes { k -> Bool in
+            let kp = k.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            return EVP_EncryptInit_ex(enc, EVP_aes_256_gcm(), nil, kp, nil) == 1
+                && EVP_DecryptInit_ex(dec, EVP_aes_256_gcm(), nil, kp, nil) == 1
+        }
+        guard ok else { throw CryptoError.openSSL("EVP_*Init_ex") }
+    }
+
+    deinit {
+        // EVP_CIPHER_CTX_free cleanses the expanded key schedule.
+        EVP_CIPHER_CTX_free(encryptContext)
+        EVP_CIPHER_CTX_free(decryptContext)
+    }
+
+    /// Encrypts `plaintext` into `ciphertext` (same length) and writes the 16-byte tag to `tag`.
+    /// `plaintext` and `ciphertext` may be the same memory.
+    public func seal(
+        nonce: UnsafeRawPointer,
+        aad: UnsafeRawBufferPointer,
+        plaintext: UnsafeRawBufferPointer,
+        ciphertext: UnsafeMutableRawPointer,
+        tag: UnsafeMutableRawPointer
+    ) throws(CryptoError) {
+        let ctx = encryptContext
+        var outLen: Int32 = 0
+        guard EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self)) == 1
+        else { throw CryptoError.openSSL("EVP_EncryptInit_ex") }
+        if aad.count > 0 {
+            guard EVP_EncryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
+            else { throw CryptoError.openSSL("EVP_EncryptUpdate(aad)") }
+        }
+        if plaintext.count > 0 {
+            guard EVP_EncryptUpdate(
+                ctx, ciphertext.assumingMemoryBound(to: UInt8.self), &outLen,
+                plaintext.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(plaintext.count)) == 1
+            else { throw CryptoError.openSSL("EVP_EncryptUpdate") }
+        }
+        guard EVP_EncryptFinal_ex(ctx, ciphertext.assumingMemoryBound(to: UInt8.self) + plaintext.count, &outLen) == 1,
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, Int32(Self.tagSize), tag) == 1
+        else { throw CryptoError.openSSL("EVP_EncryptFinal_ex") }
+    }
+
+    /// Decrypts and authenticates. Returns `false` (and leaves `plaintext` zeroed) when the tag does
+    /// not match; no unauthenticated byte is ever left in `plaintext`.
+    public func open(
+        nonce: UnsafeRawPointer,
+        aad: UnsafeRawBufferPointer,
+        ciphertext: UnsafeRawBufferPointer,
+        tag: UnsafeRawPointer,
+        plaintext: UnsafeMutableRawPointer
+    ) -> Bool {
+        let ctx = decryptContext
+        var outLen: Int32 = 0
+        var ok = EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self)) == 1
+        if ok, aad.count > 0 {
+            ok = EVP_DecryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
+        }
+        if ok, ciphertext.count > 0 {
+            ok = EVP_DecryptUpdate(
+                ctx, plaintext.assumingMemoryBound(to: UInt8.self), &outLen,
+                ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(ciphertext.count)) == 1
+        }
+        if ok {
+            // OpenSSL takes a non-const pointer for SET_TAG but only reads it.
+            ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(Self.tagSize), UnsafeMutableRawPointer(mutating: tag)) == 1
+        }
+        if ok {
+            ok = EVP_DecryptFinal_ex(ctx, plaintext.assumingMemoryBound(to: UInt8.self) + ciphertext.count, &outLen) == 1
+        }
+        if !ok, ciphertext.count > 0 {
+            secureZero(UnsafeMutableRawBufferPointer(start: plaintext, count: ciphertext.count))
+        }
+        return ok
+    }
+}
+
+extension AESGCMContext {
+    /// Seals a small secret (a key) with a fresh random nonce.
+    /// - Returns: nonce ‖ ciphertext ‖ tag.
+    public func sealWithRandomNonce(_ secret: SecureBytes, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
+        let n = secret.count
+        let total = Self.nonceSize + n + Self.tagSize
+        let o = UnsafeMutableRawBufferPointer.allocate(byteCount: total, alignment: 16)
+        defer { o.deallocate() }
+        SecureRandom.fill(UnsafeMutableRawBufferPointer(rebasing: o[0..<Self.nonceSize]))
+        let a = UnsafeMutableRawBufferPointer.allocate(byteCount: max(aad.count, 1), alignment: 1)
+        defer { a.deallocate() }
+        if !aad.isEmpty { a.copyBytes(from: aad) }
+        let s = secret.withUnsafeBytes { $0 }  // guarded memory lives as long as `secret`
+        try seal(nonce: o.baseAddress!, aad: UnsafeRawBufferPointer(rebasing: a[0..<aad.count]), plaintext: s,
+                 ciphertext: o.baseAddress! + Self.nonceSize, tag: o.baseAddress! + Self.nonceSize + n)
+        withExtendedLifetime(secret) {}
+        return Array(UnsafeRawBufferPointer(o))
+    }
+
+    /// Opens what `sealWithRandomNonce` produced. Returns nil when it does not authenticate.
+    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) -> SecureBytes? {
+        guard sealed.count >= Self.nonceSize + Self.tagSize, let base = sealed.baseAddress else { return nil }
+        let n = sealed.count - Self.nonceSize - Self.tagSize
+        let out = SecureBytes(count: n)
+        let ok = aad.withUnsafeBytes { a in
+            out.withUnsafeMutableBytes { o in
+                open(nonce: base, aad: a,
+                     ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
+                     tag: base + Self.nonceSize + n,
+                     plaintext: o.baseAddress!)
+            }
+        }
+        return ok ? out : nil
+    }
+}
+
+public enum CryptoError: Error, Equatable, CustomStringConvertible {
+    case invalidKeySize
+    case openSSL(String)
+    case sodium(String)
+    case invalidArgument(String)
+
+    public var description: String {
+        switch self {
+        case .invalidKeySize: return "invalid key size"
+        case .openSSL(let call): return "OpenSSL \(call) failed: \(CryptoError.lastOpenSSLError())"
+        case .sodium(let call): return "libsodium \(call) failed"
+        case .invalidArgument(let what): return "invalid argument: \(what)"
+        }
+    }
+
+    /// OpenSSL's error queue, read and cleared (used only in messages; never contains key bytes).
+    static func lastOpenSSLError() -> String {
+        let code = ERR_get_error()
+        guard code != 0 else { return "no detail" }
+        var buf = [CChar](repeating: 0, count: 256)
+        ERR_error_string_n(code, &buf, buf.count)
+        ERR_clear_error()
+        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,37 @@
+import CSodium
+
+/// Passcode stretching with Argon2id (`crypto_pwhash`).
+public enum Argon2id {
+    public static let saltSize = Int(crypto_pwhash_SALTBYTES)
+
+    /// Cost parameters; stored beside the sealed seed so they can be raised later.
+    public struct Cost: Sendable, Equatable {
+        public var opsLimit: UInt64
+        public var memLimit: Int
+        public init(opsLimit: UInt64, memLimit: Int) { self.opsLimit = opsLimit; self.memLimit = memLimit }
+
+        /// libsodium's "interactive" limits (2 passes, 64 MiB): ~0.1 s here.
+        public static let interactive = Cost(opsLimit: UInt64(crypto_pwhash_OPSLIMIT_INTERACTIVE),
+                                             memLimit: Int(crypto_pwhash_MEMLIMIT_INTERACTIVE))
+        /// The smallest limits libsodium accepts; for tests only.
+        public static let minimum = Cost(opsLimit: UInt64(crypto_pwhash_OPSLIMIT_MIN), memLimit: Int(crypto_pwhash_MEMLIMIT_MIN))
+    }
+
+    public static func deriveKey(passcode: SecureBytes, salt: [UInt8], cost: Cost, outputCount: Int = 32) throws(CryptoError) -> SecureBytes {
+        guard salt.count == saltSize else { throw CryptoError.invalidArgument("Argon2id salt length") }
+        Sodium.ensureInitialized()
+        let out = SecureBytes(count: outputCount)
+        let rc = passcode.withUnsafeBytes { p in
+            out.withUnsafeMutableBytes { o in
+                salt.withUnsafeBufferPointer { s in
+                    crypto_pwhash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(o.count),
+                                  p.baseAddress!.assumingMemoryBound(to: CChar.self),
+                                  UInt64(p.count), s.baseAddress!,
+                                  cost.opsLimit, cost.memLimit, crypto_pwhash_ALG_ARGON2ID13)
+                }
+            }
+        }
+        guard rc == 0 else { throw CryptoError.sodium("crypto_pwhash (out of memory?)") }
+        return out
+    }
+}

@@ -1,0 +1,71 @@
+import CSodium
+
+/// An owned buffer for secrets: keys and plaintext caches.
+///
+/// The memory comes from `sodium_malloc`: it sits between guard pages, is `mlock`ed so it never reaches
+/// swap, is marked `MADV_DONTDUMP` so it stays out of core dumps, and is zeroed when freed.
+/// Equality is constant time. Never copy the contents into `Data` or `[UInt8]`.
+public final class SecureBytes: @unchecked Sendable {
+    public let count: Int
+    private let base: UnsafeMutableRawPointer
+
+    /// A zero-filled buffer of `count` bytes.
+    public init(count: Int) {
+        precondition(count >= 0)
+        Sodium.ensureInitialized()
+        guard let p = sodium_malloc(max(count, 1)) else {
+            // Guarded memory is a small, bounded pool for keys; running out is not recoverable here.
+            fatalError("sodium_malloc failed: out of guarded memory")
+        }
+        self.base = p
+        self.count = count
+        sodium_memzero(p, max(count, 1))
+    }
+
+    /// `count` fresh random bytes.
+    public convenience init(randomCount count: Int) {
+        self.init(count: count)
+        SecureRandom.fill(UnsafeMutableRawBufferPointer(start: base, count: count))
+    }
+
+    /// A copy of `bytes`. The caller remains responsible for wiping its own copy.
+    public convenience init(copying bytes: UnsafeRawBufferPointer) {
+        self.init(count: bytes.count)
+        if let src = bytes.baseAddress, bytes.count > 0 { base.copyMemory(from: src, byteCount: bytes.count) }
+    }
+
+    public convenience init(copying bytes: [UInt8]) {
+        self.init(count: bytes.count)
+        bytes.withUnsafeBytes { src in
+            if let s = src.baseAddress, src.count > 0 { base.copyMemory(from: s, byteCount: src.count) }
+        }
+    }
+
+    deinit {
+        sodium_free(base)  // zeroes, then unmaps with the guard pages
+    }
+
+    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeRawBufferPointer(start: base, count: count))
+    }
+
+    public func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+    }
+
+    /// Overwrites the contents with zeros (the buffer stays allocated).
+    public func wipe() { sodium_memzero(base, max(count, 1)) }
+
+    /// Bytes `range` as a new guarded buffer.
+    public func slice(_ range: Range<Int>) -> SecureBytes {
+        precondition(range.lowerBound >= 0 && range.upperBound <= count)
+        return SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
+    }
+}
+
+extension SecureBytes: Equatable {
+    /// Constant time in the contents (the lengths are not secret).
+    public static func == (lhs: SecureBytes, rhs: SecureBytes) -> Bool {
+        lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in constantTimeEqual(a, b) } }
+    }
+}

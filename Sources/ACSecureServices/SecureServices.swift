@@ -1,0 +1,313 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import Synchronization
+import ACCrypto
+
+/// Whether secure file I/O can be used now (the reference's `ACSecureServicesAvailability`).
+public enum SecureServicesAvailability: Int32, Sendable {
+    case unavailable = 0
+    case available = 1
+}
+
+/// The secure services of one app on one store ("device"): the seed, its passcode, lock state and keys.
+///
+/// The seed is a per-store random secret. Every key is derived from it with HKDF-SHA-256, so nothing
+/// but the seed is stored. While services are unavailable no seed or key is held in memory and every
+/// secure operation fails with `.noKeys`.
+public final class SecureServices: Sendable {
+    public let appID: String
+    public let storeDirectory: String
+    /// The file I/O policy is always "required", as on AppConnect.
+    public var secureFileIOPolicyIsRequired: Bool { true }
+
+    private struct State {
+        var seed: SecureBytes?
+        var generation: UInt64 = 1
+        var observers: [UInt64: @Sendable (SecureServicesAvailability) -> Void] = [:]
+        var continuations: [UInt64: AsyncStream<SecureServicesAvailability>.Continuation] = [:]
+        var nextObserverID: UInt64 = 1
+        var autoLockSeconds: Double?
+        var autoLockTimer: DispatchSourceTimer?
+    }
+
+    private let state = Mutex(State())
+    private let store: SeedStore
+    private let argonCost: Argon2id.Cost
+    /// Non-zero while keys are available; changes at every lock and unlock. The engine compares it
+    /// on every call to notice a lock cheaply and to reload keys after an unlock.
+    private let availableGeneration = Atomic<UInt64>(0)
+    private let lastActivity = Atomic<UInt64>(0)
+    /// Run (in registration order) before the seed is dropped: the engine flushes and wipes its caches.
+    private let lockHandlers = Mutex<[@Sendable () -> Void]>([])
+
+    // MARK: starting
+
+    /// Opens (or creates) the store and unlocks it when it has no passcode or `passcode` is right.
+    ///
+    /// - Parameters:
+    ///   - appID: identifies the app; its files are keyed by it. Must not be empty.
+    ///   - storeDirectory: the store; nil means `$ACSECURE_HOME`, else `$XDG_DATA_HOME/acsecure`,
+    ///     else `~/.local/share/acsecure`.
+    ///   - passcode: used when creating a new store (nil: no passcode) and to unlock an existing one.
+    ///   - argonCost: Argon2id cost for a new passcode.
+    /// - Throws: `.invalidArgument` for an empty app ID, `.corruptStore`/`.storeIO` for a bad store,
+    ///   `.wrongPasscode` when a passcode was given and is wrong. A store that needs a passcode and got
+    ///   none starts unavailable, without error.
+    public init(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
+                argonCost: Argon2id.Cost = .interactive) throws(SecureServicesError) {
+        guard !appID.isEmpty, !appID.utf8.contains(0) else {
+            throw SecureServicesError(.invalidArgument, "the app ID must be a non-empty string")
+        }
+        self.appID = appID
+        self.storeDirectory = storeDirectory ?? Self.defaultStoreDirectory()
+        self.store = SeedStore(directory: self.storeDirectory)
+        self.argonCost = argonCost
+        if !store.exists() {
+            let seed = SecureBytes(randomCount: SeedStore.seedSize)
+            try store.save(seed: seed, passcode: passcode, cost: argonCost)
+            becomeAvailable(seed: seed)
+        } else {
+            let sealed = try store.load()
+            if sealed.protection == .none || passcode != nil {
+                becomeAvailable(seed: try store.openSeed(passcode: passcode))
+            }
+        }
+    }
+
+    deinit {
+        state.withLock { $0.autoLockTimer?.cancel() }
+    }
+
+    public static func defaultStoreDirectory() -> String {
+        if let home = environment("ACSECURE_HOME"), !home.isEmpty { return home }
+        if let xdg = environment("XDG_DATA_HOME"), !xdg.isEmpty { return xdg + "/acsecure" }
+        let home = environment("HOME") ?? "/tmp"
+        return home + "/.local/share/acsecure"
+    }
+
+    // MARK: the process-wide instance
+
+    private static let currentInstance = Mutex<SecureServices?>(nil)
+
+    /// The services the engine uses when no other are named.
+    public static var current: SecureServices? {
+        get { currentInstance.withLock { $0 } }
+        set { currentInstance.withLock { $0 = newValue } }
+    }
+
+    /// The current services, or ones started from `ACSECURE_APP_ID` (default `"default"`),
+    /// `ACSECURE_HOME` and `ACSECURE_PASSCODE` (meant for tests and CI, not production).
+    public static func currentOrStartFromEnvironment() throws(SecureServicesError) -> SecureServices {
+        try currentInstance.withLock { (cur: inout SecureServices?) throws(SecureServicesError) -> SecureServices in
+            if let cur { return cur }
+            let pass = environment("ACSECURE_PASSCODE").map { SecureBytes(copying: Array($0.utf8)) }
+            let s = try SecureServices(appID: environment("ACSECURE_APP_ID") ?? "default", passcode: pass)
+            cur = s
+            return s
+        }
+    }
+
+    // MARK: availability
+
+    public var availability: SecureServicesAvailability {
+        availableGeneration.load(ordering: .acquiring) != 0 ? .available : .unavailable
+    }
+
+    /// Non-zero while available; different after every lock/unlock cycle.
+    public var keyGeneration: UInt64 { availableGeneration.load(ordering: .acquiring) }
+
+    public var isPasscodeSet: Bool {
+        (try? store.load().protection == .passcode) ?? false
+    }
+
+    /// Unlocks with the passcode (nil when the store has none).
+    /// - Throws: `.wrongPasscode`, `.noKeys` if the store was retired, `.corruptStore`.
+    public func unlock(passcode: SecureBytes?) throws(SecureServicesError) {
+        if availability == .available { return }
+        let seed = try store.openSeed(passcode: passcode)
+        becomeAvailable(seed: seed)
+    }
+
+    /// Makes services unavailable: caches are flushed and wiped, then the seed is dropped.
+    public func lock() {
+        guard availability == .available else { return }
+        for handler in lockHandlers.withLock({ $0 }) { handler() }
+        let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
+            s.seed?.wipe()
+            s.seed = nil
+            s.generation &+= 1
+            availableGeneration.store(0, ordering: .releasing)
+            s.autoLockTimer?.cancel()
+            s.autoLockTimer = nil
+            return (Array(s.observers.values), Array(s.continuations.values))
+        }
+        notify(.unavailable, observers, continuations)
+    }
+
+    /// Changes the passcode (nil removes it). Only the seed is re-sealed; no file is re-encrypted.
+    /// - Throws: `.wrongPasscode` if `old` does not open the store.
+    public func setPasscode(old: SecureBytes?, new: SecureBytes?) throws(SecureServicesError) {
+        let seed = try store.openSeed(passcode: old)
+        try store.save(seed: seed, passcode: new, cost: argonCost)
+    }
+
+    /// Destroys the seed and the store: every secure file of this store becomes unreadable for ever.
+    public func retire() throws(SecureServicesError) {
+        lock()
+        try store.destroy()
+    }
+
+    /// Locks automatically after `seconds` without secure file activity (nil: never).
+    public func setAutoLock(seconds: Double?) {
+        state.withLock { s in
+            s.autoLockSeconds = seconds
+            s.autoLockTimer?.cancel()
+            s.autoLockTimer = nil
+            if s.seed != nil, let seconds { s.autoLockTimer = makeAutoLockTimer(seconds) }
+        }
+        noteActivity()
+    }
+
+    /// Called by the engine on each operation, so the auto-lock measures inactivity.
+    @inline(__always) public func noteActivity() {
+        lastActivity.store(Self.monotonicNanoseconds(), ordering: .relaxed)
+    }
+
+    // MARK: observers
+
+    /// Calls `handler` on every availability change until the token is removed.
+    @discardableResult
+    public func addObserver(_ handler: @escaping @Sendable (SecureServicesAvailability) -> Void) -> UInt64 {
+        state.withLock { s in
+            let id = s.nextObserverID
+            s.nextObserverID += 1
+            s.observers[id] = handler
+            return id
+        }
+    }
+
+    public func removeObserver(_ token: UInt64) {
+        _ = state.withLock { $0.observers.removeValue(forKey: token) }
+    }
+
+    /// Availability changes as an async sequence (starting with the current value).
+    public var availabilityUpdates: AsyncStream<SecureServicesAvailability> {
+        AsyncStream { continuation in
+            let id: UInt64 = state.withLock { s in
+                let id = s.nextObserverID
+                s.nextObserverID += 1
+                s.continuations[id] = continuation
+                return id
+            }
+            continuation.yield(availability)
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.state.withLock { $0.continuations.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    /// The engine registers here to flush dirty chunks and wipe plaintext before keys go away.
+    public func addLockHandler(_ handler: @escaping @Sendable () -> Void) {
+        lockHandlers.withLock { $0.append(handler) }
+    }
+
+    // MARK: keys
+
+    /// The key-encryption key for app files or for an encryption group's files.
+    /// - Throws: `.noKeys` while unavailable, `.invalidArgument` for an empty group ID.
+    public func keyEncryptionKey(for selection: KeySelection) throws(SecureServicesError) -> KeyEncryptionKey {
+        switch selection {
+        case .app:
+            return try makeKEK(info: lengthPrefixed("app-kek", appID), keyClass: .app)
+        case .group(let id):
+            guard !id.isEmpty else { throw SecureServicesError(.invalidArgument, "the encryption group ID must not be empty") }
+            return try makeKEK(info: lengthPrefixed("group-kek", id), keyClass: .group)
+        }
+    }
+
+    /// A 32-byte key unique to this app, this store and `identifier` (`derivedAppKeyWithIdentifier:`).
+    public func derivedAppKey(identifier: String) throws(SecureServicesError) -> SecureBytes {
+        guard !identifier.isEmpty else { throw SecureServicesError(.invalidArgument, "the identifier must not be empty") }
+        return try derive(info: lengthPrefixed("derived-app", appID) + lengthPrefixed("id", identifier))
+    }
+
+    /// A 32-byte key shared by every app of this store that uses `identifier` (`derivedSharedKeyWithIdentifier:`).
+    public func derivedSharedKey(identifier: String) throws(SecureServicesError) -> SecureBytes {
+        guard !identifier.isEmpty else { throw SecureServicesError(.invalidArgument, "the identifier must not be empty") }
+        return try derive(info: lengthPrefixed("derived-shared", identifier))
+    }
+
+    // MARK: private
+
+    private func makeKEK(info: [UInt8], keyClass: KeyEncryptionKey.KeyClass) throws(SecureServicesError) -> KeyEncryptionKey {
+        let key = try derive(info: info)
+        do { return try KeyEncryptionKey(key: key, keyClass: keyClass) } catch {
+            throw SecureServicesError(.storeIO, "key fingerprint: \(error)")
+        }
+    }
+
+    private func derive(info: [UInt8]) throws(SecureServicesError) -> SecureBytes {
+        let seed: SecureBytes? = state.withLock { $0.seed }
+        guard let seed else { throw .noKeys() }
+        noteActivity()
+        do { return try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info) } catch {
+            throw SecureServicesError(.storeIO, "key derivation failed: \(error)")
+        }
+    }
+
+    private func becomeAvailable(seed: SecureBytes) {
+        let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
+            s.seed = seed
+            s.generation &+= 1
+            availableGeneration.store(s.generation, ordering: .releasing)
+            if let seconds = s.autoLockSeconds { s.autoLockTimer = makeAutoLockTimer(seconds) }
+            return (Array(s.observers.values), Array(s.continuations.values))
+        }
+        noteActivity()
+        notify(.available, observers, continuations)
+    }
+
+    private func notify(_ value: SecureServicesAvailability,
+                        _ observers: [@Sendable (SecureServicesAvailability) -> Void],
+                        _ continuations: [AsyncStream<SecureServicesAvailability>.Continuation]) {
+        for o in observers { o(value) }
+        for c in continuations { c.yield(value) }
+    }
+
+    private func makeAutoLockTimer(_ seconds: Double) -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        let period = max(0.01, seconds / 4)
+        timer.schedule(deadline: .now() + period, repeating: period)
+        timer.setEventHandler { [weak self] in
+            guard let self else { return }
+            let idle = Double(Self.monotonicNanoseconds() &- self.lastActivity.load(ordering: .relaxed)) / 1e9
+            if idle >= seconds { self.lock() }
+        }
+        timer.resume()
+        return timer
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}
+
+/// Domain-separated HKDF info: a label and a value, each length-prefixed so no two inputs collide.
+func lengthPrefixed(_ label: String, _ value: String) -> [UInt8] {
+    var out: [UInt8] = []
+    for part in [Array(label.utf8), Array(value.utf8)] {
+        let n = UInt32(part.count)
+        out += [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+        out += part
+    }
+    return out
+}
+
+func environment(_ name: String) -> String? {
+    guard let v = getenv(name) else { return nil }
+    return String(cString: v)
+}

@@ -1,0 +1,29 @@
+/// Errors of the secure services (store, seed, passcode).
+public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Sendable {
+    public enum Code: Sendable, Equatable {
+        /// Secure services are unavailable (locked, retired, never unlocked).
+        case noKeys
+        /// An argument was empty or malformed.
+        case invalidArgument
+        /// The passcode was wrong.
+        case wrongPasscode
+        /// The store's seed file is damaged or of an unknown version.
+        case corruptStore
+        /// The store could not be read or written (`errno` says why).
+        case storeIO
+    }
+
+    public var code: Code
+    public var message: String
+    public var errno: Int32
+
+    public init(_ code: Code, _ message: String, errno: Int32 = 0) {
+        self.code = code
+        self.message = message
+        self.errno = errno
+    }
+
+    public var description: String { message }
+
+    static func noKeys(_ why: String = "secure services are unavailable") -> Self { .init(.noKeys, why) }
+}
