@@ -1,1 +1,237 @@
-/* placeholder */
+/*
+ * ACSecureFile.h — POSIX-style secure file I/O (AppConnect for iOS SDK, table 19), for Linux.
+ *
+ * Each function has the parameters, return type and behaviour of its POSIX counterpart, and
+ * encrypts on write / decrypts on read. A program that uses open/read/write/lseek/ftruncate/...
+ * can rename the calls, link libACSecureFile, and its files are encrypted at rest
+ * (chunked AES-256-GCM, 4096-byte plaintext chunks, a maximum plaintext size of 2^44 bytes).
+ *
+ *     cc prog.c $(pkg-config --cflags --libs acsecurefile)
+ *
+ * Descriptors
+ *   ACSecureFileOpen returns a real kernel file descriptor (of the underlying encrypted file),
+ *   so descriptor numbers are allocated, reused and exhausted (EMFILE) exactly as with open().
+ *   Use such a descriptor only with ACSecure* calls: plain read()/write() see ciphertext and
+ *   plain close() leaves the secure state behind (a later ACSecure* call on that number is
+ *   undefined). An unknown or closed descriptor gives -1 with errno EBADF, as POSIX does;
+ *   ACSecureFileClose on an already closed descriptor gives -1/EBADF.
+ *
+ * Errors
+ *   On failure a function returns -1 and sets errno to what the POSIX call would set on a plain
+ *   file (EBADF, EINVAL, ENOENT, EEXIST, EISDIR, ...). Calls that take a descriptor also record
+ *   an ACE_* detail (ACError.h), read with ACSecureFileLastError(fd). Decryption failures that
+ *   POSIX has no errno for are reported as EIO (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR or
+ *   ACE_INTERNAL_ERROR); missing keys as EACCES (ACE_NO_KEYS_ERROR); a file larger than
+ *   2^44 bytes as EFBIG (ACE_FILE_TOO_BIG_ERROR).
+ *
+ * Secure services
+ *   Keys come from secure services (ACSecureServices.h). A program that never calls an
+ *   ACSecureServices* function still works: the first secure call starts them from the
+ *   environment (ACSECURE_APP_ID, ACSECURE_HOME and, for tests and CI only, ACSECURE_PASSCODE).
+ *
+ * Thread safety
+ *   - All functions may be called from any thread.
+ *   - Different descriptors may be used concurrently from different threads without restriction.
+ *     The last error is kept per descriptor (not per thread), so ACSecureFileLastError(fd) is
+ *     meaningful when each thread uses its own descriptors.
+ *   - Several threads may use the same descriptor, as with POSIX: each call is atomic with
+ *     respect to the file offset, but ACSecureFileLastError(fd) then reports the call on that
+ *     descriptor that finished last, which may be another thread's.
+ *   - As with POSIX, closing a descriptor while another thread is still using it is a bug in the
+ *     program: the other call may fail with EBADF or act on a descriptor that was reused.
+ *   - errno is thread-local, as always.
+ *
+ * Linking
+ *   libACSecureFile.so needs the Swift runtime (libswiftCore.so, ...). The library carries a
+ *   RUNPATH to the toolchain's runtime directory (e.g. /opt/swift/usr/lib/swift/linux); if the
+ *   runtime lives elsewhere on the target machine, link with -Wl,-rpath,<swift-runtime-dir> or
+ *   set LD_LIBRARY_PATH. `pkg-config --variable=swiftruntimedir acsecurefile` prints it.
+ */
+#ifndef ACSECUREFILE_H
+#define ACSECUREFILE_H
+
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include "ACError.h"
+
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(off_t) == 8, "ACSecureFile.h needs a 64-bit off_t (64-bit Linux)");
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Opens (and with O_CREAT creates) a secure file. The corresponding POSIX function is `open`.
+ *
+ * oflag takes the usual O_RDONLY / O_WRONLY / O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND,
+ * O_CLOEXEC, O_NOFOLLOW, O_SYNC, ... The mode argument is read only when oflag contains O_CREAT
+ * (or O_TMPFILE), exactly like open(); it is subject to the umask. A new (or O_TRUNC'ed) file is
+ * keyed with the app's key; use ACSecureFileOpenWithGroupID (ACSecureServices.h) to share a file
+ * through an encryption group.
+ *
+ * Returns a descriptor >= 0, or -1 with errno:
+ *   ENOENT, EEXIST, EACCES, ENOTDIR, ELOOP, EMFILE, ENAMETOOLONG, EROFS, ... as open();
+ *   EISDIR     the path is a directory (or not a regular file);
+ *   EACCES     secure services are unavailable (no keys) — for an existing file with O_TRUNC or
+ *              when a new file needs a key;
+ *   EIO        the file is not a secure file or its header is corrupt or under another key.
+ * Sets no ACE_* value (there is no descriptor yet).
+ */
+int ACSecureFileOpen(const char *path, int oflag, ...);
+
+/**
+ * Closes a secure descriptor; dirty data is encrypted and written first.
+ * The corresponding POSIX function is `close`.
+ *
+ * Returns 0, or -1 with errno EBADF (unknown or already closed descriptor) or EIO (the final
+ * write failed; the descriptor is closed anyway, as with close()). Sets no ACE_* value (the
+ * descriptor no longer exists).
+ */
+int ACSecureFileClose(int fd);
+
+/**
+ * Reads up to nbyte plaintext bytes at the file offset and advances it.
+ * The corresponding POSIX function is `read`.
+ *
+ * Returns the number of bytes read (0 at end of file; holes read as zeros), or -1 with errno:
+ *   EBADF   unknown descriptor, or opened O_WRONLY (ACE_READ_ON_WRITEONLY_ERROR);
+ *   EFAULT  buf is NULL and nbyte > 0 (ACE_INVALID_ARG);
+ *   EACCES  no keys (ACE_NO_KEYS_ERROR);
+ *   EIO     a chunk failed authentication (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) or the encryption
+ *           layer failed (ACE_INTERNAL_ERROR);
+ *   ENOMEM  (ACE_LOW_MEMORY_ERROR).
+ */
+ssize_t ACSecureFileRead(int fd, void *buf, size_t nbyte);
+
+/**
+ * Writes nbyte bytes at the file offset (at the end with O_APPEND) and advances it.
+ * The corresponding POSIX function is `write`.
+ *
+ * Returns nbyte (a write is never short unless the disk fills), or -1 with errno:
+ *   EBADF   unknown descriptor, or opened O_RDONLY (ACE_WRITE_ON_READONLY_ERROR);
+ *   EFAULT  buf is NULL and nbyte > 0 (ACE_INVALID_ARG);
+ *   EFBIG   the file would exceed 2^44 bytes (ACE_FILE_TOO_BIG_ERROR);
+ *   EACCES  no keys (ACE_NO_KEYS_ERROR);
+ *   EIO     (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, ACE_INTERNAL_ERROR); ENOMEM (ACE_LOW_MEMORY_ERROR);
+ *   ENOSPC, EDQUOT as write().
+ */
+ssize_t ACSecureFileWrite(int fd, const void *buf, size_t nbyte);
+
+/**
+ * Reads up to nbyte bytes at offset without moving the file offset.
+ * The corresponding POSIX function is `pread`.
+ *
+ * Returns as ACSecureFileRead, plus errno EINVAL for a negative offset
+ * (ACE_NEGATIVE_FILE_LEN_ERROR).
+ */
+ssize_t ACSecureFilePread(int fd, void *buf, size_t nbyte, off_t offset);
+
+/**
+ * Writes nbyte bytes at offset without moving the file offset.
+ * The corresponding POSIX function is `pwrite`. As on Linux, a descriptor opened with O_APPEND
+ * appends the data at the end regardless of offset.
+ *
+ * Returns as ACSecureFileWrite, plus errno EINVAL for a negative offset
+ * (ACE_NEGATIVE_FILE_LEN_ERROR).
+ */
+ssize_t ACSecureFilePwrite(int fd, const void *buf, size_t nbyte, off_t offset);
+
+/**
+ * Reads into iovcnt buffers in order, as one read. The corresponding POSIX function is `readv`.
+ *
+ * Returns as ACSecureFileRead, plus errno EINVAL when iovcnt < 0 or iovcnt > IOV_MAX, or when
+ * the lengths add up to more than SSIZE_MAX (ACE_INVALID_ARG).
+ */
+ssize_t ACSecureFileReadv(int fd, const struct iovec *iov, int iovcnt);
+
+/**
+ * Writes iovcnt buffers in order, as one write. The corresponding POSIX function is `writev`.
+ *
+ * Returns as ACSecureFileWrite, plus errno EINVAL when iovcnt < 0 or iovcnt > IOV_MAX, or when
+ * the lengths add up to more than SSIZE_MAX (ACE_INVALID_ARG).
+ */
+ssize_t ACSecureFileWritev(int fd, const struct iovec *iov, int iovcnt);
+
+/**
+ * Moves the file offset (in plaintext bytes). The corresponding POSIX function is `lseek`.
+ * SEEK_SET, SEEK_CUR and SEEK_END are supported; seeking past the end is allowed and a later
+ * write leaves a hole that reads as zeros.
+ *
+ * Returns the new offset, or -1 with errno:
+ *   EBADF   unknown descriptor;
+ *   EINVAL  unknown whence (ACE_INVALID_ARG) or a resulting negative offset
+ *           (ACE_NEGATIVE_FILE_LEN_ERROR);
+ *   EOVERFLOW the resulting offset does not fit in off_t (ACE_FILE_TOO_BIG_ERROR);
+ *   EACCES  no keys (ACE_NO_KEYS_ERROR).
+ */
+off_t ACSecureFileLseek(int fd, off_t offset, int whence);
+
+/**
+ * Renames a secure file without re-encrypting it; it stays readable under its new name (the
+ * file ID, not the path, is bound into the authenticated data). The corresponding POSIX
+ * function is `rename`.
+ *
+ * Returns 0, or -1 with the errno of rename() (ENOENT, EXDEV, EISDIR, ...). Sets no ACE_* value.
+ */
+int ACSecureFileRename(const char *oldpath, const char *newpath);
+
+/**
+ * Gets the status of an open secure file; st_size is the plaintext size.
+ * The corresponding POSIX function is `fstat`.
+ *
+ * Returns 0, or -1 with errno EBADF (unknown descriptor), EFAULT (buf is NULL,
+ * ACE_INVALID_ARG), EACCES (ACE_NO_KEYS_ERROR) or EIO (ACE_INTERNAL_ERROR).
+ */
+int ACSecureFstat(int fd, struct stat *buf);
+
+/**
+ * Gets the status of a path without following a final symbolic link; for a secure file
+ * st_size is the plaintext size, for anything else the result is that of lstat().
+ * The corresponding POSIX function is `lstat`.
+ *
+ * Returns 0, or -1 with the errno of lstat() (ENOENT, ENOTDIR, ...), or EFAULT when buf is
+ * NULL. Sets no ACE_* value.
+ */
+int ACSecureLstat(const char *path, struct stat *buf);
+
+/**
+ * Sets the plaintext size of an open secure file; growing adds zeros.
+ * The corresponding POSIX function is `ftruncate`.
+ *
+ * Returns 0, or -1 with errno:
+ *   EBADF   unknown descriptor;
+ *   EINVAL  opened O_RDONLY (ACE_TRUNC_ON_READONLY_ERROR, as Linux ftruncate) or a negative
+ *           length (ACE_NEGATIVE_FILE_LEN_ERROR);
+ *   EFBIG   length > 2^44 (ACE_FILE_TOO_BIG_ERROR);
+ *   EACCES  no keys (ACE_NO_KEYS_ERROR); EIO (ACE_INTERNAL_ERROR); ENOMEM (ACE_LOW_MEMORY_ERROR).
+ */
+int ACSecureFtruncate(int fd, off_t length);
+
+/**
+ * Sets the plaintext size of a secure file by path. The corresponding POSIX function is
+ * `truncate`.
+ *
+ * Returns 0, or -1 with the errno of truncate() (ENOENT, EACCES, EISDIR, EINVAL for a negative
+ * length, EFBIG for more than 2^44 bytes), EACCES when no keys are available, or EIO for a
+ * non-secure or corrupt file. Sets no ACE_* value.
+ */
+int ACSecureTruncate(const char *path, off_t length);
+
+/**
+ * The ACE_* detail of the last call on fd (ACError.h): ACE_NO_ERROR after a successful call,
+ * the failure's detail after a failed one (ACE_NO_ERROR when errno says it all, e.g. ENOSPC).
+ * Call it right after a call on a valid, open descriptor failed; see "Thread safety" above.
+ *
+ * Returns the ACError value, or -1 with errno EBADF when fd is not an open secure descriptor.
+ */
+int ACSecureFileLastError(int fd);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACSECUREFILE_H */

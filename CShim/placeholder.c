@@ -1,1 +1,0 @@
-#include "ACSecureFile.h"
