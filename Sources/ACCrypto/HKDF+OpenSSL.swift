@@ -19,11 +19,11 @@ public enum HKDF {
                     out.withUnsafeMutableBytes { o in
                         "SHA256".withCString { digest in
                             var params: [OSSL_PARAM] = [
-                                OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, UnsafeMutablePointer(mutating: digest), 0),
-                                OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, UnsafeMutableRawPointer(mutating: k.baseAddress!), k.count),
+                                OSSL_PARAM_construct_utf8_string(paramName("digest"), UnsafeMutablePointer(mutating: digest), 0),
+                                OSSL_PARAM_construct_octet_string(paramName("key"), UnsafeMutableRawPointer(mutating: k.baseAddress!), k.count),
                             ]
-                            if s.count > 0 { params.append(OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, s.baseAddress!, s.count)) }
-                            if i.count > 0 { params.append(OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, i.baseAddress!, i.count)) }
+                            if s.count > 0 { params.append(OSSL_PARAM_construct_octet_string(paramName("salt"), s.baseAddress!, s.count)) }
+                            if i.count > 0 { params.append(OSSL_PARAM_construct_octet_string(paramName("info"), i.baseAddress!, i.count)) }
                             params.append(OSSL_PARAM_construct_end())
                             return EVP_KDF_derive(ctx, o.baseAddress!.assumingMemoryBound(to: UInt8.self), o.count, &params) == 1
                         }
@@ -33,6 +33,13 @@ public enum HKDF {
         }
         guard ok else { throw CryptoError.openSSL("EVP_KDF_derive(HKDF)") }
         return out
+    }
+
+    /// An OSSL_PARAM key (`OSSL_KDF_PARAM_*`). OSSL_PARAM keeps the name pointer until EVP_KDF_derive reads
+    /// it, so it must outlive the array: a StaticString's bytes are static. (Passing the imported
+    /// `OSSL_KDF_PARAM_*` String constants makes a temporary C string that dies before the derive call.)
+    private static func paramName(_ name: StaticString) -> UnsafePointer<CChar> {
+        UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
     }
 
     public static func sha256(key: SecureBytes, salt: String, info: String, outputCount: Int = 32) throws(CryptoError) -> SecureBytes {

@@ -135,7 +135,9 @@ public final class SecureServices: Sendable {
         guard availability == .available else { return }
         for handler in lockHandlers.withLock({ $0 }) { handler() }
         let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
-            s.seed?.wipe()
+            // A concurrent lock() got here first and has already notified: do not notify twice.
+            guard let seed = s.seed else { return ([], []) }
+            seed.wipe()
             s.seed = nil
             s.generation &+= 1
             availableGeneration.store(0, ordering: .releasing)
@@ -252,13 +254,22 @@ public final class SecureServices: Sendable {
         let seed: SecureBytes? = state.withLock { $0.seed }
         guard let seed else { throw .noKeys() }
         noteActivity()
-        do { return try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info) } catch {
-            throw SecureServicesError(.storeIO, "key derivation failed: \(error)")
+        // Derive under the state lock, from the seed still installed: lock() wipes the seed in place
+        // under this lock, and a derivation racing it must not read zeros (a key anyone can compute).
+        let derived: Result<SecureBytes, SecureServicesError> = state.withLock { s in
+            guard s.seed === seed else { return .failure(.noKeys()) }
+            do { return .success(try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info)) } catch {
+                return .failure(SecureServicesError(.storeIO, "key derivation failed: \(error)"))
+            }
         }
+        return try derived.get()
     }
 
     private func becomeAvailable(seed: SecureBytes) {
         let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
+            // A concurrent unlock() won: keep its seed, generation and auto-lock timer (replacing the
+            // timer here would leak the old one, still armed), and do not notify twice.
+            guard s.seed == nil else { return ([], []) }
             s.seed = seed
             s.generation &+= 1
             availableGeneration.store(s.generation, ordering: .releasing)
