@@ -1,0 +1,93 @@
+import XCTest
+import ACCrypto
+
+final class SecureBytesTests: XCTestCase {
+
+    func testZeroFilledOnCreation() {
+        let b = SecureBytes(count: 40)
+        XCTAssertEqual(b.count, 40)
+        XCTAssertEqual(b.bytes, [UInt8](repeating: 0, count: 40))
+        XCTAssertEqual(SecureBytes(count: 0).count, 0)
+        XCTAssertEqual(SecureBytes(count: 0).bytes, [])
+    }
+
+    func testCopyingInitialisers() {
+        let source: [UInt8] = [1, 2, 3, 250, 0, 7]
+        XCTAssertEqual(SecureBytes(copying: source).bytes, source)
+        XCTAssertEqual(source.withUnsafeBytes { SecureBytes(copying: $0) }.bytes, source)
+        XCTAssertEqual(SecureBytes(copying: [UInt8]()).count, 0)
+        XCTAssertEqual(UnsafeRawBufferPointer(start: nil, count: 0).count, 0)
+        XCTAssertEqual(SecureBytes(copying: UnsafeRawBufferPointer(start: nil, count: 0)).count, 0)
+    }
+
+    func testEqualityIsByContent() {
+        let a = SecureBytes(copying: [1, 2, 3, 4])
+        let b = SecureBytes(copying: [1, 2, 3, 4])
+        XCTAssertFalse(a === b)
+        XCTAssertEqual(a, b)
+        XCTAssertNotEqual(a, SecureBytes(copying: [1, 2, 3, 5]))
+        XCTAssertNotEqual(a, SecureBytes(copying: [0, 2, 3, 4]))
+        XCTAssertNotEqual(a, SecureBytes(copying: [1, 2, 3]), "different lengths")
+        XCTAssertNotEqual(a, SecureBytes(copying: [1, 2, 3, 4, 0]), "a zero suffix is still a difference")
+        XCTAssertEqual(SecureBytes(count: 0), SecureBytes(count: 0))
+    }
+
+    func testWipeZeroesButKeepsLength() {
+        let b = SecureBytes(copying: [UInt8](repeating: 0xFF, count: 33))
+        b.wipe()
+        XCTAssertEqual(b.count, 33)
+        XCTAssertEqual(b.bytes, [UInt8](repeating: 0, count: 33))
+        SecureBytes(count: 0).wipe()  // must not trap
+    }
+
+    func testMutationThroughUnsafeBytes() {
+        let b = SecureBytes(count: 4)
+        b.withUnsafeMutableBytes { $0.copyBytes(from: [9, 8, 7, 6]) }
+        XCTAssertEqual(b.bytes, [9, 8, 7, 6])
+    }
+
+    func testSliceCopiesTheRange() {
+        let b = SecureBytes(copying: Array(0..<32))
+        let s = b.slice(8..<20)
+        XCTAssertEqual(s.bytes, Array(8..<20))
+        XCTAssertEqual(b.slice(0..<32), b)
+        XCTAssertEqual(b.slice(32..<32).count, 0)
+        // A slice is a copy: wiping the original leaves it intact.
+        b.wipe()
+        XCTAssertEqual(s.bytes, Array(8..<20))
+    }
+
+    func testRandomBytesDiffer() {
+        let a = SecureBytes(randomCount: 32)
+        let b = SecureBytes(randomCount: 32)
+        XCTAssertEqual(a.count, 32)
+        XCTAssertNotEqual(a, b)
+        XCTAssertNotEqual(a.bytes, [UInt8](repeating: 0, count: 32))
+        XCTAssertEqual(SecureBytes(randomCount: 0).count, 0)
+        // 4 KiB of randomness uses all 256 byte values (fails with probability ~2^-20 per value... effectively never).
+        XCTAssertEqual(Set(SecureBytes(randomCount: 4096).bytes).count, 256)
+    }
+
+    func testSecureRandomBytes() {
+        let a = SecureRandom.bytes(16), b = SecureRandom.bytes(16)
+        XCTAssertEqual(a.count, 16)
+        XCTAssertNotEqual(a, b)
+        XCTAssertEqual(SecureRandom.bytes(0), [])
+    }
+
+    func testConstantTimeEqual() {
+        let x: [UInt8] = [1, 2, 3], y: [UInt8] = [1, 2, 3], z: [UInt8] = [1, 2, 4]
+        x.withUnsafeBytes { xb in
+            y.withUnsafeBytes { XCTAssertTrue(constantTimeEqual(xb, $0)) }
+            z.withUnsafeBytes { XCTAssertFalse(constantTimeEqual(xb, $0)) }
+            XCTAssertFalse(constantTimeEqual(xb, UnsafeRawBufferPointer(rebasing: xb[0..<2])), "length differs")
+        }
+        XCTAssertTrue(constantTimeEqual(UnsafeRawBufferPointer(start: nil, count: 0), UnsafeRawBufferPointer(start: nil, count: 0)))
+    }
+
+    func testSecureZero() {
+        var a: [UInt8] = [1, 2, 3, 4]
+        a.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[1..<3])) }
+        XCTAssertEqual(a, [1, 0, 0, 4])
+    }
+}
