@@ -133,6 +133,9 @@ public final class SecureServices: Sendable {
     /// Makes services unavailable: caches are flushed and wiped, then the seed is dropped.
     public func lock() {
         guard availability == .available else { return }
+        // Unavailable first, so no operation can derive keys again; then the engine flushes dirty
+        // chunks with the keys it already holds and wipes them; then the seed goes.
+        availableGeneration.store(0, ordering: .releasing)
         for handler in lockHandlers.withLock({ $0 }) { handler() }
         let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
             // A concurrent lock() got here first and has already notified: do not notify twice.
@@ -140,7 +143,6 @@ public final class SecureServices: Sendable {
             seed.wipe()
             s.seed = nil
             s.generation &+= 1
-            availableGeneration.store(0, ordering: .releasing)
             s.autoLockTimer?.cancel()
             s.autoLockTimer = nil
             return (Array(s.observers.values), Array(s.continuations.values))
@@ -252,7 +254,7 @@ public final class SecureServices: Sendable {
 
     private func derive(info: [UInt8]) throws(SecureServicesError) -> SecureBytes {
         let seed: SecureBytes? = state.withLock { $0.seed }
-        guard let seed else { throw .noKeys() }
+        guard let seed, availability == .available else { throw .noKeys() }
         noteActivity()
         // Derive under the state lock, from the seed still installed: lock() wipes the seed in place
         // under this lock, and a derivation racing it must not read zeros (a key anyone can compute).

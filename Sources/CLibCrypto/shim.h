@@ -6,4 +6,5 @@
 #include <openssl/core_names.h>
 #include <openssl/params.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #endif

@@ -1,0 +1,189 @@
+import ACCrypto
+import ACSecureServices
+
+/// The on-disk layout of a secure file (see docs/FORMAT.md).
+///
+///     header (128) ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer (28)
+///     chunk   = nonce (12) ‖ AES-256-GCM(data key, nonce, plaintext ≤ chunkSize, AAD = fileID ‖ u64 index) ‖ tag (16)
+///     trailer = nonce (12) ‖ GCM tag over no plaintext, AAD = "ACSF end" ‖ fileID ‖ u64 plaintext size
+///
+/// Every chunk but the last holds exactly `chunkSize` plaintext bytes. The trailer authenticates the
+/// length, so cutting the file anywhere, even at a chunk boundary, is detected.
+public struct FileLayout: Sendable, Equatable {
+    public static let headerSize = 128
+    public static let nonceSize = 12
+    public static let tagSize = 16
+    public static let chunkOverhead = nonceSize + tagSize
+    public static let trailerSize = nonceSize + tagSize
+    public static let defaultChunkShift: UInt8 = 12  // 4 KiB: see docs/FORMAT.md for why
+    public static let chunkShiftRange: ClosedRange<UInt8> = 9...20
+
+    public let chunkShift: UInt8
+    public var chunkSize: Int { 1 << Int(chunkShift) }
+    public var physicalChunkSize: Int { chunkSize + Self.chunkOverhead }
+
+    public init(chunkShift: UInt8 = defaultChunkShift) {
+        precondition(Self.chunkShiftRange.contains(chunkShift))
+        self.chunkShift = chunkShift
+    }
+
+    /// Number of chunks a file of `size` plaintext bytes has.
+    @inline(__always) public func chunkCount(forSize size: Int64) -> Int64 {
+        size == 0 ? 0 : (size - 1) >> Int64(chunkShift) + 1
+    }
+
+    /// Plaintext length of chunk `index` in a file of `size` bytes.
+    @inline(__always) public func chunkLength(_ index: Int64, size: Int64) -> Int {
+        Int(min(Int64(chunkSize), size - index << Int64(chunkShift)))
+    }
+
+    /// File offset of chunk `index`.
+    @inline(__always) public func chunkOffset(_ index: Int64) -> Int64 {
+        Int64(Self.headerSize) + index * Int64(physicalChunkSize)
+    }
+
+    /// Physical file length for `size` plaintext bytes (header and trailer included).
+    public func physicalSize(forPlaintextSize size: Int64) -> Int64 {
+        let n = chunkCount(forSize: size)
+        return Int64(Self.headerSize) + size + n * Int64(Self.chunkOverhead) + Int64(Self.trailerSize)
+    }
+
+    /// Plaintext size of a physical file length, or nil when no valid file has that length
+    /// (a torn write or tampering).
+    public func plaintextSize(forPhysicalSize physical: Int64) -> Int64? {
+        let body = physical - Int64(Self.headerSize) - Int64(Self.trailerSize)
+        guard body >= 0 else { return nil }
+        let p = Int64(physicalChunkSize)
+        let full = body / p
+        let rem = body % p
+        if rem == 0 { return full << Int64(chunkShift) }
+        guard rem > Int64(Self.chunkOverhead) else { return nil }
+        return full << Int64(chunkShift) + rem - Int64(Self.chunkOverhead)
+    }
+
+    /// AAD of chunk `index`: it binds the chunk to its file and its position.
+    @inline(__always) static func writeChunkAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, index: Int64) {
+        out.copyMemory(from: fileID, byteCount: 16)
+        out.storeBytes(of: UInt64(bitPattern: index).bigEndian, toByteOffset: 16, as: UInt64.self)
+    }
+    static let chunkAADSize = 24
+
+    /// AAD of the trailer: it binds the plaintext length to the file.
+    static func trailerAAD(fileID: [UInt8], size: Int64) -> [UInt8] {
+        Array("ACSF end".utf8) + fileID + bigEndianBytes(UInt64(size))
+    }
+}
+
+/// The 128-byte header: format, chunk size, file ID and the wrapped data key.
+///
+///     0   "ACSF"                4
+///     4   version = 1           u16
+///     6   header size = 128     u16
+///     8   chunk shift (9…20)    u8
+///     9   key class             u8   (1 app, 2 group, 3 crypto block)
+///     10  flags                 u16  (bit 0: wrapped-file name record follows the header; reserved)
+///     12  reserved, zero        u32
+///     16  file ID               16   random
+///     32  KEK fingerprint       16   HKDF(KEK, "key fingerprint"), tells which key is needed
+///     48  wrap nonce            12
+///     60  wrapped data key      32   AES-256-GCM(KEK, nonce, data key, AAD = bytes 0..<48)
+///     92  wrap tag              16
+///     108 reserved, zero        20
+public struct FileHeader: Sendable, Equatable {
+    public static let magic: [UInt8] = Array("ACSF".utf8)
+    public static let version: UInt16 = 1
+
+    public var layout: FileLayout
+    public var keyClass: UInt8
+    public var flags: UInt16
+    public var fileID: [UInt8]
+    public var fingerprint: [UInt8]
+    public var wrappedKey: [UInt8]  // nonce ‖ ciphertext ‖ tag (60 bytes)
+
+    /// A new header for a new file: fresh file ID, data key wrapped under `kek`.
+    static func create(layout: FileLayout, kek: KeyEncryptionKey, dataKey: SecureBytes) throws(SecureFileError) -> FileHeader {
+        var h = FileHeader(layout: layout, keyClass: kek.keyClass.rawValue, flags: 0,
+                           fileID: SecureRandom.bytes(16), fingerprint: kek.fingerprint, wrappedKey: [])
+        try h.wrap(dataKey: dataKey, under: kek)
+        return h
+    }
+
+    /// Re-wraps the data key under another key-encryption key (re-sharing without re-encryption).
+    mutating func wrap(dataKey: SecureBytes, under kek: KeyEncryptionKey) throws(SecureFileError) {
+        keyClass = kek.keyClass.rawValue
+        fingerprint = kek.fingerprint
+        do {
+            wrappedKey = try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: authenticatedPrefix)
+        } catch {
+            throw SecureFileError.ace(.internalError, "cannot wrap the file key (\(error))")
+        }
+    }
+
+    /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was altered).
+    func unwrap(with kek: KeyEncryptionKey) -> SecureBytes? {
+        guard constantTimeEqualBytes(kek.fingerprint, fingerprint),
+              let ctx = try? AESGCMContext(key: kek.key) else { return nil }
+        let key = wrappedKey.withUnsafeBytes { ctx.openSealed($0, aad: authenticatedPrefix) }
+        return key?.count == 32 ? key : nil
+    }
+
+    /// Bytes 0..<48, authenticated as the wrap's AAD.
+    var authenticatedPrefix: [UInt8] {
+        var b = Self.magic
+        b += bigEndianBytes(Self.version, 2)
+        b += bigEndianBytes(UInt16(FileLayout.headerSize), 2)
+        b += [layout.chunkShift, keyClass]
+        b += bigEndianBytes(flags, 2)
+        b += [0, 0, 0, 0]
+        b += fileID
+        b += fingerprint
+        return b
+    }
+
+    func encoded() -> [UInt8] {
+        var b = authenticatedPrefix + wrappedKey
+        b += [UInt8](repeating: 0, count: FileLayout.headerSize - b.count)
+        precondition(b.count == FileLayout.headerSize)
+        return b
+    }
+
+    /// Parses untrusted bytes. Every field is checked; nothing here is trusted until `unwrap` succeeds.
+    static func parse(_ b: [UInt8]) -> Result<FileHeader, HeaderParseError> {
+        guard b.count >= FileLayout.headerSize else { return .failure(.tooShort) }
+        guard Array(b[0..<4]) == magic else { return .failure(.notASecureFile) }
+        let version = UInt16(b[4]) << 8 | UInt16(b[5])
+        guard version == Self.version else { return .failure(.unsupportedVersion(Int(version))) }
+        let headerSize = Int(b[6]) << 8 | Int(b[7])
+        guard headerSize == FileLayout.headerSize else { return .failure(.malformed("header size \(headerSize)")) }
+        guard FileLayout.chunkShiftRange.contains(b[8]) else { return .failure(.malformed("chunk shift \(b[8])")) }
+        guard KeyEncryptionKey.KeyClass(rawValue: b[9]) != nil else { return .failure(.malformed("key class \(b[9])")) }
+        guard b[12..<16].allSatisfy({ $0 == 0 }), b[108..<128].allSatisfy({ $0 == 0 }) else {
+            return .failure(.malformed("reserved bytes are not zero"))
+        }
+        return .success(FileHeader(layout: FileLayout(chunkShift: b[8]), keyClass: b[9],
+                                   flags: UInt16(b[10]) << 8 | UInt16(b[11]),
+                                   fileID: Array(b[16..<32]), fingerprint: Array(b[32..<48]),
+                                   wrappedKey: Array(b[48..<108])))
+    }
+}
+
+enum HeaderParseError: Error, Equatable, CustomStringConvertible {
+    case tooShort, notASecureFile, unsupportedVersion(Int), malformed(String)
+
+    var description: String {
+        switch self {
+        case .tooShort: return "too short for a secure file header"
+        case .notASecureFile: return "not a secure file (no ACSF header)"
+        case .unsupportedVersion(let v): return "unsupported secure file version \(v)"
+        case .malformed(let what): return "malformed secure file header (\(what))"
+        }
+    }
+}
+
+func bigEndianBytes<T: FixedWidthInteger>(_ v: T, _ count: Int = MemoryLayout<T>.size) -> [UInt8] {
+    (0..<count).reversed().map { UInt8(truncatingIfNeeded: v >> (8 * $0)) }
+}
+
+func constantTimeEqualBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    a.withUnsafeBytes { x in b.withUnsafeBytes { y in constantTimeEqual(x, y) } }
+}

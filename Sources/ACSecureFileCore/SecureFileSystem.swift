@@ -1,0 +1,53 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSecureServices
+
+/// Path-based operations on secure files.
+public enum SecureFileSystem {
+    public static var maximumFileSize: Int64 { SecureFile.maximumFileSize }
+
+    /// `lstat(2)` with `st_size` the plaintext size of a secure file, computed from its length and
+    /// header alone (no key needed, O(1)). Other kinds of file (directories, links, …) are reported
+    /// as they are; a regular file that is not a secure file fails with `EIO` + `badKeyOrCorruptData`.
+    public static func lstat(_ path: String) throws(SecureFileError) -> Glibc.stat {
+        var st = Glibc.stat()
+        guard Glibc.lstat(path, &st) == 0 else { throw .posix(errno, path) }
+        guard st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else { return st }
+        let fd: Int32
+        switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) {
+        case .success(let f): fd = f
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
+        defer { _ = Sys.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
+        let got = bytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
+        guard case .success(let n) = got, n == bytes.count, case .success(let header) = FileHeader.parse(bytes),
+              let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
+            throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
+        }
+        st.st_size = off_t(size)
+        return st
+    }
+
+    /// `truncate(2)` on a secure file.
+    public static func truncate(_ path: String, to length: Int64, key: KeySelection = .app,
+                                services: SecureServices? = nil) throws(SecureFileError) {
+        guard length >= 0 else {
+            throw SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(path): negative length")
+        }
+        let file = try SecureFile.open(path, flags: O_WRONLY, key: key, services: services)
+        do {
+            try file.truncate(to: length)
+        } catch {
+            try? file.close()
+            throw error
+        }
+        try file.close()
+    }
+
+    /// `rename(2)`: moves a secure file without re-encrypting it (the AAD binds the file ID, not the path).
+    public static func rename(_ old: String, _ new: String) throws(SecureFileError) {
+        if case .failure(let e) = Sys.rename(old, new) { throw .posix(e.rawValue, "\(old) -> \(new)") }
+    }
+}

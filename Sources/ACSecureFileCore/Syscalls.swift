@@ -1,0 +1,124 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every system call the engine makes goes through here: one place that retries `EINTR`, finishes
+/// short reads and writes, and (for tests) can be made to fail.
+public enum Sys {
+    /// A system call that can be made to fail by a test.
+    public enum Call: String, Sendable, CaseIterable { case open, pread, pwrite, fsync, ftruncate, fstat, rename, close }
+
+    /// What a fault injector does to one call.
+    public enum Fault: Sendable { case fail(Int32), short(Int) }
+
+    /// Set by tests (`SecureFileTesting.faultInjector`) to inject errors and short transfers.
+    nonisolated(unsafe) public static var faultInjector: (@Sendable (Call) -> Fault?)?
+
+    @inline(__always) static func fault(_ call: Call) -> Fault? {
+        guard let injector = faultInjector else { return nil }
+        return injector(call)
+    }
+
+    static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
+        if case .fail(let e)? = fault(.open) { return .failure(Errno(e)) }
+        while true {
+            let fd = Glibc.open(path, flags, mode)
+            if fd >= 0 { return .success(fd) }
+            if errno != EINTR { return .failure(Errno(errno)) }
+        }
+    }
+
+    /// Reads until `count` bytes or end of file. Returns the bytes read.
+    static func preadFull(_ fd: Int32, _ buf: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Result<Int, Errno> {
+        var done = 0
+        while done < count {
+            var want = count - done
+            switch fault(.pread) {
+            case .fail(let e)?: return .failure(Errno(e))
+            case .short(let n)?: want = min(want, max(n, 1))
+            case nil: break
+            }
+            let n = Glibc.pread(fd, buf + done, want, off_t(offset) + off_t(done))
+            if n > 0 { done += n; continue }
+            if n == 0 { break }
+            if errno == EINTR { continue }
+            return .failure(Errno(errno))
+        }
+        return .success(done)
+    }
+
+    /// Writes all `count` bytes (retrying short writes and `EINTR`).
+    static func pwriteFull(_ fd: Int32, _ buf: UnsafeRawPointer, _ count: Int, _ offset: Int64) -> Result<Void, Errno> {
+        var done = 0
+        while done < count {
+            var want = count - done
+            switch fault(.pwrite) {
+            case .fail(let e)?: return .failure(Errno(e))
+            case .short(let n)?: want = min(want, max(n, 1))
+            case nil: break
+            }
+            let n = Glibc.pwrite(fd, buf + done, want, off_t(offset) + off_t(done))
+            if n >= 0 { done += n; continue }
+            if errno == EINTR { continue }
+            return .failure(Errno(errno))
+        }
+        return .success(())
+    }
+
+    static func fstat(_ fd: Int32) -> Result<stat, Errno> {
+        if case .fail(let e)? = fault(.fstat) { return .failure(Errno(e)) }
+        var st = stat()
+        return Glibc.fstat(fd, &st) == 0 ? .success(st) : .failure(Errno(errno))
+    }
+
+    static func ftruncate(_ fd: Int32, _ length: Int64) -> Result<Void, Errno> {
+        if case .fail(let e)? = fault(.ftruncate) { return .failure(Errno(e)) }
+        while true {
+            if Glibc.ftruncate(fd, off_t(length)) == 0 { return .success(()) }
+            if errno != EINTR { return .failure(Errno(errno)) }
+        }
+    }
+
+    static func fsync(_ fd: Int32) -> Result<Void, Errno> {
+        if case .fail(let e)? = fault(.fsync) { return .failure(Errno(e)) }
+        while true {
+            if Glibc.fsync(fd) == 0 { return .success(()) }
+            if errno != EINTR { return .failure(Errno(errno)) }
+        }
+    }
+
+    static func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
+        if case .fail(let e)? = fault(.rename) { return .failure(Errno(e)) }
+        return Glibc.rename(old, new) == 0 ? .success(()) : .failure(Errno(errno))
+    }
+
+    /// Closes once; `EINTR` from close is not retried (on Linux the descriptor is already gone).
+    static func close(_ fd: Int32) -> Result<Void, Errno> {
+        if case .fail(let e)? = fault(.close) { _ = Glibc.close(fd); return .failure(Errno(e)) }
+        return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
+    }
+
+    static func dup(_ fd: Int32) -> Result<Int32, Errno> {
+        let n = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        return n >= 0 ? .success(n) : .failure(Errno(errno))
+    }
+}
+
+/// A POSIX error number.
+struct Errno: Error, Equatable {
+    var rawValue: Int32
+    init(_ v: Int32) { rawValue = v }
+}
+
+/// Test hooks: fault injection into the engine's system calls.
+public enum SecureFileTesting {
+    public typealias Call = Sys.Call
+    public typealias Fault = Sys.Fault
+
+    /// Every engine system call asks this first; returning non-nil injects that fault.
+    /// Set it only while no other thread uses the engine.
+    public static var faultInjector: (@Sendable (Call) -> Fault?)? {
+        get { Sys.faultInjector }
+        set { Sys.faultInjector = newValue }
+    }
+}
