@@ -1,0 +1,204 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CShim
+import ACSecureFileCore
+import ACSecureServices
+
+// The functions of ACSecureFile.h. Each is `@c @implementation`: the compiler checks its Swift
+// signature against the C declaration in CShim/include. `ACSecureFileOpen` itself is variadic
+// and lives in CShim/ACSecureFileOpen.c, which forwards to `ACSecureFile_openWithMode`.
+
+/// Linux's `UIO_MAXIOV` (`IOV_MAX`), the most iovecs `readv`/`writev` accept.
+let iovMax: Int32 = 1024
+
+// MARK: open and close
+
+@c @implementation
+public func ACSecureFile_openWithMode(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        let path = try cPath(path, "ACSecureFileOpen")
+        let file = try SecureFile.open(path, flags: oflag, mode: mode)
+        return DescriptorTable.shared.insert(file)
+    }
+}
+
+@c @implementation
+public func ACSecureFileClose(_ fd: Int32) -> Int32 {
+    CResult.closing(fd)
+}
+
+// MARK: reading and writing
+
+@c @implementation
+public func ACSecureFileRead(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ nbyte: Int) -> Int {
+    CResult.onFile(fd) { file throws(SecureFileError) in
+        try file.read(into: try mutableBuffer(buf, nbyte, file, "ACSecureFileRead"))
+    }
+}
+
+@c @implementation
+public func ACSecureFileWrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ nbyte: Int) -> Int {
+    CResult.onFile(fd) { file throws(SecureFileError) in
+        try file.write(try buffer(buf, nbyte, file, "ACSecureFileWrite"))
+    }
+}
+
+@c @implementation
+public func ACSecureFilePread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ nbyte: Int, _ offset: off_t) -> Int {
+    CResult.onFile(fd, before: negativeOffset(offset, fd, "ACSecureFilePread")) { file throws(SecureFileError) in
+        try file.pread(into: try mutableBuffer(buf, nbyte, file, "ACSecureFilePread"), at: Int64(offset))
+    }
+}
+
+@c @implementation
+public func ACSecureFilePwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ nbyte: Int, _ offset: off_t) -> Int {
+    CResult.onFile(fd, before: negativeOffset(offset, fd, "ACSecureFilePwrite")) { file throws(SecureFileError) in
+        try file.pwrite(try buffer(buf, nbyte, file, "ACSecureFilePwrite"), at: Int64(offset))
+    }
+}
+
+@c @implementation
+public func ACSecureFileReadv(_ fd: Int32, _ iov: UnsafePointer<iovec>?, _ iovcnt: Int32) -> Int {
+    CResult.onFile(fd) { file throws(SecureFileError) in
+        let vectors = try iovecs(iov, iovcnt, file, .read, "ACSecureFileReadv")
+        return try file.readv(vectors.map { UnsafeMutableRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+    }
+}
+
+@c @implementation
+public func ACSecureFileWritev(_ fd: Int32, _ iov: UnsafePointer<iovec>?, _ iovcnt: Int32) -> Int {
+    CResult.onFile(fd) { file throws(SecureFileError) in
+        let vectors = try iovecs(iov, iovcnt, file, .write, "ACSecureFileWritev")
+        return try file.writev(vectors.map { UnsafeRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+    }
+}
+
+// MARK: offset, size, status
+
+@c @implementation
+public func ACSecureFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int32) -> off_t {
+    CResult.onFile(fd) { file throws(SecureFileError) in
+        off_t(try file.seek(Int64(offset), whence: whence))
+    }
+}
+
+@c @implementation
+public func ACSecureFtruncate(_ fd: Int32, _ length: off_t) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.truncate(to: Int64(length))
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureFstat(_ fd: Int32, _ buf: UnsafeMutablePointer<stat>?) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        guard let buf else { throw .cArgument(EFAULT, "ACSecureFstat(\(fd)): NULL stat buffer") }
+        buf.pointee = try file.stat()
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureFileLastError(_ fd: Int32) -> Int32 {
+    guard let entry = DescriptorTable.shared.lookup(fd) else {
+        errno = EBADF
+        return -1
+    }
+    return entry.lastError.load(ordering: .relaxed)
+}
+
+// MARK: path calls
+
+@c @implementation
+public func ACSecureFileRename(_ oldpath: UnsafePointer<CChar>?, _ newpath: UnsafePointer<CChar>?) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        try SecureFileSystem.rename(try cPath(oldpath, "ACSecureFileRename"), try cPath(newpath, "ACSecureFileRename"))
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureLstat(_ path: UnsafePointer<CChar>?, _ buf: UnsafeMutablePointer<stat>?) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        let path = try cPath(path, "ACSecureLstat")
+        guard let buf else { throw .cArgument(EFAULT, "ACSecureLstat(\(path)): NULL stat buffer") }
+        buf.pointee = try SecureFileSystem.lstat(path)
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureTruncate(_ path: UnsafePointer<CChar>?, _ length: off_t) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        try SecureFileSystem.truncate(try cPath(path, "ACSecureTruncate"), to: Int64(length))
+        return 0
+    }
+}
+
+// MARK: C arguments → Swift buffers
+
+/// `pread(2)`/`pwrite(2)` reject a negative offset before looking at the descriptor.
+@inline(__always)
+private func negativeOffset(_ offset: off_t, _ fd: Int32, _ what: String) -> SecureFileError? {
+    offset < 0 ? SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(what)(\(fd)): negative offset \(offset)") : nil
+}
+
+private enum Access { case read, write }
+
+/// Throws `error` about a bad argument, but only after the checks POSIX makes first: `read(2)` on
+/// a write-only descriptor is EBADF whatever its buffer. A zero-length transfer makes exactly the
+/// engine's descriptor checks (mode, closed, keys) and nothing else.
+private func argumentError(_ error: SecureFileError, _ file: SecureFile, _ access: Access) throws(SecureFileError) -> Never {
+    switch access {
+    case .read: _ = try file.readv([])
+    case .write: _ = try file.writev([])
+    }
+    throw error
+}
+
+/// `size_t` arrives as `Int`: a count above `SSIZE_MAX` is negative here, and `read(2)` rejects it
+/// with EINVAL. A NULL buffer with a non-zero count is EFAULT, as the kernel reports it.
+@inline(__always)
+private func checkedCount(_ base: UnsafeRawPointer?, _ count: Int, _ file: SecureFile, _ access: Access,
+                          _ what: String) throws(SecureFileError) {
+    if count < 0 { try argumentError(.cArgument(EINVAL, "\(what): count exceeds SSIZE_MAX"), file, access) }
+    if base == nil && count != 0 { try argumentError(.cArgument(EFAULT, "\(what): NULL buffer"), file, access) }
+}
+
+@inline(__always)
+private func mutableBuffer(_ base: UnsafeMutableRawPointer?, _ count: Int, _ file: SecureFile,
+                           _ what: String) throws(SecureFileError) -> UnsafeMutableRawBufferPointer {
+    try checkedCount(base, count, file, .read, what)
+    return UnsafeMutableRawBufferPointer(start: base, count: count)
+}
+
+@inline(__always)
+private func buffer(_ base: UnsafeRawPointer?, _ count: Int, _ file: SecureFile,
+                    _ what: String) throws(SecureFileError) -> UnsafeRawBufferPointer {
+    try checkedCount(base, count, file, .write, what)
+    return UnsafeRawBufferPointer(start: base, count: count)
+}
+
+/// Validates an iovec array as `readv(2)`/`writev(2)` do: 0...IOV_MAX entries, no NULL base with a
+/// non-zero length, and a total that fits in `ssize_t`.
+private func iovecs(_ iov: UnsafePointer<iovec>?, _ iovcnt: Int32, _ file: SecureFile, _ access: Access,
+                    _ what: String) throws(SecureFileError) -> UnsafeBufferPointer<iovec> {
+    guard iovcnt >= 0, iovcnt <= iovMax else {
+        try argumentError(.cArgument(EINVAL, "\(what): iovcnt \(iovcnt) is not in 0...\(iovMax)"), file, access)
+    }
+    if iovcnt == 0 { return UnsafeBufferPointer(start: nil, count: 0) }
+    guard let iov else { try argumentError(.cArgument(EFAULT, "\(what): NULL iovec array"), file, access) }
+    let vectors = UnsafeBufferPointer(start: iov, count: Int(iovcnt))
+    var total = 0
+    for v in vectors {
+        let len = v.iov_len
+        guard len >= 0 else { try argumentError(.cArgument(EINVAL, "\(what): an iov_len exceeds SSIZE_MAX"), file, access) }
+        let (sum, overflow) = total.addingReportingOverflow(len)
+        if overflow { try argumentError(.cArgument(EINVAL, "\(what): the lengths add up to more than SSIZE_MAX"), file, access) }
+        total = sum
+        if v.iov_base == nil && len != 0 { try argumentError(.cArgument(EFAULT, "\(what): NULL iov_base"), file, access) }
+    }
+    return vectors
+}

@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CShim
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+// The functions of ACSecureServices.h. Every call but Start works on the process-wide services,
+// starting them from the environment first if nothing has started them yet: otherwise a Lock
+// before the first file call would be undone by the engine starting fresh, unlocked services.
+
+@c @implementation
+public func ACSecureServicesStart(_ appID: UnsafePointer<CChar>?, _ storeDirectory: UnsafePointer<CChar>?) -> Int32 {
+    CResult.services { () throws(SecureServicesError) in
+        let id = try appID.map { p throws(SecureServicesError) in try servicesString(p, "the app ID") }
+            ?? environmentString("ACSECURE_APP_ID") ?? "default"
+        let dir = try storeDirectory.map { p throws(SecureServicesError) in try servicesString(p, "the store directory") }
+        let fromEnvironment: UnsafeMutablePointer<CChar>? = getenv("ACSECURE_PASSCODE")
+        let passcode = fromEnvironment.map { passcodeBytes($0) }
+        SecureServices.current = try SecureServices(appID: id, storeDirectory: dir, passcode: passcode)
+    }
+}
+
+@c @implementation
+public func ACSecureServicesUnlock(_ passcode: UnsafePointer<CChar>?) -> Int32 {
+    CResult.services { () throws(SecureServicesError) in
+        try SecureServices.currentOrStartFromEnvironment().unlock(passcode: passcode.map(passcodeBytes))
+    }
+}
+
+@c @implementation
+public func ACSecureServicesSetPasscode(_ oldPasscode: UnsafePointer<CChar>?, _ newPasscode: UnsafePointer<CChar>?) -> Int32 {
+    CResult.services { () throws(SecureServicesError) in
+        try SecureServices.currentOrStartFromEnvironment()
+            .setPasscode(old: oldPasscode.map(passcodeBytes), new: newPasscode.map(passcodeBytes))
+    }
+}
+
+@c @implementation
+public func ACSecureServicesLock() -> Int32 {
+    CResult.services { () throws(SecureServicesError) in
+        try SecureServices.currentOrStartFromEnvironment().lock()
+    }
+}
+
+@c @implementation
+public func ACSecureServicesRetire() -> Int32 {
+    CResult.services { () throws(SecureServicesError) in
+        try SecureServices.currentOrStartFromEnvironment().retire()
+    }
+}
+
+@c @implementation
+public func ACSecureServicesGetAvailability() -> ACSecureServicesAvailability {
+    let saved = errno
+    defer { errno = saved }
+    switch (try? SecureServices.currentOrStartFromEnvironment())?.availability {
+    case .available?: return ACSECURESERVICESAVAILABILITY_AVAILABLE
+    case .unavailable?, nil: return ACSECURESERVICESAVAILABILITY_UNAVAILABLE
+    }
+}
+
+@c @implementation
+public func ACSecureFileOpenWithGroupID(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t,
+                                        _ encryptionGroupID: UnsafePointer<CChar>?) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        let path = try cPath(path, "ACSecureFileOpenWithGroupID")
+        guard let encryptionGroupID, let group = String(validatingCString: encryptionGroupID), !group.isEmpty else {
+            throw .cArgument(EINVAL, "ACSecureFileOpenWithGroupID(\(path)): the encryption group ID must be a non-empty UTF-8 string")
+        }
+        let file = try SecureFile.open(path, flags: oflag, mode: mode, key: .group(group))
+        return DescriptorTable.shared.insert(file)
+    }
+}
+
+// MARK: helpers
+
+/// A passcode straight from C memory into guarded memory, without a Swift `String` or `[UInt8]`
+/// copy that would outlive the call.
+private func passcodeBytes(_ p: UnsafePointer<CChar>) -> SecureBytes {
+    SecureBytes(copying: UnsafeRawBufferPointer(start: p, count: strlen(p)))
+}
+
+private func servicesString(_ p: UnsafePointer<CChar>, _ what: String) throws(SecureServicesError) -> String {
+    guard let s = String(validatingCString: p) else {
+        throw SecureServicesError(.invalidArgument, "\(what) is not valid UTF-8")
+    }
+    return s
+}
+
+private func environmentString(_ name: String) -> String? {
+    let value: UnsafeMutablePointer<CChar>? = getenv(name)
+    return value.flatMap { String(validatingCString: $0) }
+}

@@ -1,0 +1,107 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSecureFileCore
+import ACSecureServices
+
+// The one place where Swift errors become C results: a return value, `errno`, and the
+// descriptor's `ACE_*` last error. `errno` is written last, after everything that could change it.
+
+enum CResult {
+    /// Runs `body` on the secure file behind `fd`. Unknown descriptor: -1/EBADF. Success: the
+    /// body's value and `ACE_NO_ERROR`. Failure: -1, the error's errno and its `ACE_*` code.
+    ///
+    /// `before` is an error the kernel reports before it even looks at the descriptor (a negative
+    /// `pread`/`pwrite` offset is EINVAL, also for a bad descriptor).
+    @inline(__always)
+    static func onFile<R: SignedInteger>(_ fd: Int32, before: SecureFileError? = nil,
+                                         _ body: (SecureFile) throws(SecureFileError) -> R) -> R {
+        let entry = DescriptorTable.shared.lookup(fd)
+        if let before {
+            entry?.lastError.store(before.code.rawValue, ordering: .relaxed)
+            errno = before.errno
+            return -1
+        }
+        guard let entry else {
+            errno = EBADF
+            return -1
+        }
+        do {
+            let result = try body(entry.file)
+            entry.lastError.store(ACErrorCode.noError.rawValue, ordering: .relaxed)
+            return result
+        } catch {
+            entry.lastError.store(error.code.rawValue, ordering: .relaxed)
+            errno = error.errno
+            return -1
+        }
+    }
+
+    /// Closes `fd`: it leaves the table first (see `DescriptorTable`), then the file is closed.
+    /// As with `close(2)`, the descriptor is gone even when the final flush fails.
+    static func closing(_ fd: Int32) -> Int32 {
+        guard let entry = DescriptorTable.shared.remove(fd) else {
+            errno = EBADF
+            return -1
+        }
+        do {
+            try entry.file.close()
+            return 0
+        } catch {
+            errno = error.errno
+            return -1
+        }
+    }
+
+    /// Runs a call that has no descriptor (open, path calls): only `errno` reports a failure.
+    @inline(__always)
+    static func withoutFile<R: SignedInteger>(_ body: () throws(SecureFileError) -> R) -> R {
+        do {
+            return try body()
+        } catch {
+            errno = error.errno
+            return -1
+        }
+    }
+
+    /// Runs a secure services call: 0, or -1 with the errno of `SecureServicesError.cAPIErrno`.
+    static func services(_ body: () throws(SecureServicesError) -> Void) -> Int32 {
+        do {
+            try body()
+            return 0
+        } catch {
+            errno = error.cAPIErrno
+            return -1
+        }
+    }
+}
+
+extension SecureFileError {
+    /// An error raised by the C layer itself (bad pointer, bad iovec count) before the engine runs.
+    static func cArgument(_ errno: Int32, _ what: String) -> SecureFileError {
+        SecureFileError(code: .invalidArgument, errno: errno, message: what)
+    }
+}
+
+extension SecureServicesError {
+    /// The errno documented in ACSecureServices.h.
+    var cAPIErrno: Int32 {
+        switch code {
+        case .invalidArgument: return EINVAL
+        case .wrongPasscode, .noKeys: return EACCES
+        case .corruptStore: return EIO
+        case .storeIO: return errno != 0 ? errno : EIO
+        }
+    }
+}
+
+/// A path from C. Paths must be valid UTF-8 (the engine takes `String`): repairing invalid bytes
+/// would silently name a different file, so those are refused with EINVAL.
+@inline(__always)
+func cPath(_ p: UnsafePointer<CChar>?, _ what: String) throws(SecureFileError) -> String {
+    guard let p else { throw .cArgument(EFAULT, "\(what): NULL path") }
+    guard let s = String(validatingCString: p) else {
+        throw .cArgument(EINVAL, "\(what): the path is not valid UTF-8")
+    }
+    return s
+}
