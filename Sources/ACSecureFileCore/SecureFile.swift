@@ -42,13 +42,14 @@ public final class SecureFile: @unchecked Sendable {
     ///     `O_CLOEXEC`, `O_NOFOLLOW` (others are refused with `EINVAL`).
     ///   - mode: permissions for a new file (the umask applies).
     ///   - key: the app's key, or an encryption group's key for files shared between apps.
-    ///   - services: defaults to `SecureServices.current`, started from the environment if needed.
+    ///   - services: the key provider; defaults to `SecureServices.current`, started from the
+    ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
     ///   `EISDIR`/`EINVAL` + `regularFileOnly` for directories and other non-regular files;
     ///   `noKeys` when services are unavailable; `badKeyOrCorruptData` when the file is not a secure
     ///   file or not encrypted with `key`.
     public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
-                            services: SecureServices? = nil) throws(SecureFileError) -> SecureFile {
+                            services: (any KeyProvider)? = nil) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
             throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
@@ -95,7 +96,7 @@ public final class SecureFile: @unchecked Sendable {
         return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0)
     }
 
-    static func resolveServices(_ services: SecureServices?, _ path: String) throws(SecureFileError) -> SecureServices {
+    static func resolveServices(_ services: (any KeyProvider)?, _ path: String) throws(SecureFileError) -> any KeyProvider {
         if let services { return services }
         do { return try SecureServices.currentOrStartFromEnvironment() } catch {
             throw .ace(.noKeys, "\(path): secure services cannot start (\(error.message))")
@@ -255,6 +256,11 @@ public final class SecureFile: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` on the shared state with the file locked and keys loaded (engine extensions).
+    func withShared<R>(_ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
+        try locked(.none, body)
+    }
+
     /// The plaintext size.
     public var size: Int64 {
         get throws(SecureFileError) { try locked(.none) { $0.size } }
@@ -302,7 +308,7 @@ enum OpenFiles {
     private static let table = Mutex<[Key: SharedFile]>([:])
     private static let servicesWithHandler = Mutex<Set<ObjectIdentifier>>([])
 
-    static func acquire(_ identity: SharedFile.Identity, services: SecureServices, key: KeySelection, path: String,
+    static func acquire(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
                         fd: Int32, writable: Bool, truncate: Bool) throws(SecureFileError) -> SharedFile {
         registerLockHandler(services)
         let tableKey = Key(identity: identity, services: ObjectIdentifier(services))
@@ -357,7 +363,7 @@ enum OpenFiles {
     }
 
     /// Reads the header and length of a file opened for the first time.
-    private static func load(_ identity: SharedFile.Identity, services: SecureServices, key: KeySelection, path: String,
+    private static func load(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
                              fd: Int32, writable: Bool, truncate: Bool) throws(SecureFileError) -> SharedFile {
         let ioFD: Int32
         switch Sys.dup(fd) {
@@ -416,7 +422,7 @@ enum OpenFiles {
     }
 
     /// Before services lock, every file they serve writes its dirty chunk and forgets keys and plaintext.
-    private static func registerLockHandler(_ services: SecureServices) {
+    private static func registerLockHandler(_ services: any KeyProvider) {
         let id = ObjectIdentifier(services)
         let isNew = servicesWithHandler.withLock { $0.insert(id).inserted }
         guard isNew else { return }

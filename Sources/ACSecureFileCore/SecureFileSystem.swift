@@ -32,7 +32,7 @@ public enum SecureFileSystem {
 
     /// `truncate(2)` on a secure file.
     public static func truncate(_ path: String, to length: Int64, key: KeySelection = .app,
-                                services: SecureServices? = nil) throws(SecureFileError) {
+                                services: (any KeyProvider)? = nil) throws(SecureFileError) {
         guard length >= 0 else {
             throw SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(path): negative length")
         }

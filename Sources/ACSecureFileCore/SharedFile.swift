@@ -19,7 +19,7 @@ final class SharedFile: @unchecked Sendable {
 
     let identity: Identity
     let lock = PThreadMutex()
-    let services: SecureServices
+    let services: any KeyProvider
     var keySelection: KeySelection
     /// Path at first open, for messages only.
     var path: String
@@ -33,6 +33,8 @@ final class SharedFile: @unchecked Sendable {
     private let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
     var layout: FileLayout
     var cipher: AESGCMContext?
+    /// The file's data key (guarded memory), kept for re-wrapping; dropped with `cipher` on lock.
+    var dataKey: SecureBytes?
     var keyGeneration: UInt64 = 0
 
     /// The descriptor used for all I/O; writable as soon as any handle is.
@@ -59,7 +61,7 @@ final class SharedFile: @unchecked Sendable {
     /// Larger requests are split into batches of this many plaintext bytes per system call.
     static let batchBytes = 1 << 20
 
-    init(identity: Identity, services: SecureServices, keySelection: KeySelection, path: String,
+    init(identity: Identity, services: any KeyProvider, keySelection: KeySelection, path: String,
          ioFD: Int32, writable: Bool, layout: FileLayout) {
         self.identity = identity
         self.services = services
@@ -104,6 +106,7 @@ final class SharedFile: @unchecked Sendable {
         do { cipher = try AESGCMContext(key: dataKey) } catch {
             throw .ace(.internalError, "\(path): cannot set up AES-GCM")
         }
+        self.dataKey = dataKey
         keyGeneration = generation
     }
 
@@ -116,6 +119,7 @@ final class SharedFile: @unchecked Sendable {
         cache.wipe()
         work.wipe()
         cipher = nil
+        dataKey = nil
         keyGeneration = 0
     }
 
@@ -131,6 +135,7 @@ final class SharedFile: @unchecked Sendable {
         do { cipher = try AESGCMContext(key: dataKey) } catch {
             throw .ace(.internalError, "\(path): cannot set up AES-GCM")
         }
+        self.dataKey = dataKey
         header = newHeader
         keyGeneration = services.keyGeneration
         var bytes = newHeader.encoded()
@@ -320,6 +325,12 @@ final class SharedFile: @unchecked Sendable {
             if !cacheDirty && cacheIndex == first { cacheIndex = -1 }
             work.wipe()
             try readChunksFromDisk(first: first, count: 1) { _ in self.workBase }
+        }
+        // Holes take real space: refuse up front, before writing anything, when they cannot fit.
+        let needed = (index - first) * Int64(layout.physicalChunkSize)
+        if needed > 64 << 20, case .success(let available) = Sys.availableBytes(ioFD), needed > available {
+            throw SecureFileError(code: .noError, errno: ENOSPC,
+                                  message: "\(path): a hole of \(needed) bytes does not fit in \(available) free bytes (holes are stored as encrypted zeros)")
         }
         let zeros = ZeroChunk.pointer(chunkSize)
         try writeRun(first: first, count: Int(index - first), length: { _ in self.chunkSize }) { i in

@@ -98,6 +98,13 @@ public enum Sys {
         return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
     }
 
+    /// Free bytes for an unprivileged writer on the file system of `fd`.
+    static func availableBytes(_ fd: Int32) -> Result<Int64, Errno> {
+        var s = statvfs()
+        guard fstatvfs(fd, &s) == 0 else { return .failure(Errno(errno)) }
+        return .success(Int64(s.f_bavail) * Int64(s.f_frsize))
+    }
+
     static func dup(_ fd: Int32) -> Result<Int32, Errno> {
         let n = fcntl(fd, F_DUPFD_CLOEXEC, 0)
         return n >= 0 ? .success(n) : .failure(Errno(errno))
