@@ -5,7 +5,7 @@ let package = Package(
     name: "ACSecureFile",
     products: [
         // Swift API: the engine, secure services and the Foundation layer.
-        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharing"]),
         // The POSIX-style C API (CShim's headers) with the engine inside: libACSecureFile.so.
         .library(name: "ACSecureFile", type: .dynamic, targets: ["CShim", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
@@ -24,19 +24,26 @@ let package = Package(
         // The chunked file format and the POSIX-semantics engine.
         .target(name: "ACSecureFileCore", dependencies: ["ACCrypto", "ACSecureServices"]),
 
+        // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
+        .target(name: "ACSecureFoundation", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying.
+        .target(name: "ACSecureSharing", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
+
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
         .target(name: "CShim", path: "CShim"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices"]),
 
         .executableTarget(name: "acsecure", dependencies: [
-            "ACSecureFileCore", "ACSecureServices",
+            "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
+        .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
+        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
     ],
     swiftLanguageModes: [.v6]
