@@ -306,7 +306,10 @@ enum OpenFiles {
     /// Keyed by inode and services, so two stores in one process (tests) never share keys.
     private struct Key: Hashable { var identity: SharedFile.Identity; var services: ObjectIdentifier }
     private static let table = Mutex<[Key: SharedFile]>([:])
-    private static let servicesWithHandler = Mutex<Set<ObjectIdentifier>>([])
+    /// Providers whose lock handler is installed. Weak, and compared by identity: an address can be
+    /// reused by a new provider once the old one is gone.
+    private final class WeakProvider: @unchecked Sendable { weak var value: (any KeyProvider)?; init(_ v: any KeyProvider) { value = v } }
+    private static let servicesWithHandler = Mutex<[ObjectIdentifier: WeakProvider]>([:])
 
     static func acquire(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
                         fd: Int32, writable: Bool, truncate: Bool) throws(SecureFileError) -> SharedFile {
@@ -424,7 +427,12 @@ enum OpenFiles {
     /// Before services lock, every file they serve writes its dirty chunk and forgets keys and plaintext.
     private static func registerLockHandler(_ services: any KeyProvider) {
         let id = ObjectIdentifier(services)
-        let isNew = servicesWithHandler.withLock { $0.insert(id).inserted }
+        let isNew = servicesWithHandler.withLock { registered in
+            if let known = registered[id]?.value, known === services { return false }
+            registered = registered.filter { $0.value.value != nil }
+            registered[id] = WeakProvider(services)
+            return true
+        }
         guard isNew else { return }
         services.addLockHandler { [weak services] in
             guard let services else { return }

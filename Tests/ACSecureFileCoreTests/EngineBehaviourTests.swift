@@ -1,0 +1,300 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACCrypto
+import ACSecureServices
+@testable import ACSecureFileCore
+
+/// The engine's promises beyond plain POSIX equivalence: keys, errors, file types, holes, sharing.
+final class EngineBehaviourTests: XCTestCase {
+    // MARK: secure services state
+
+    func testHandlesOpenedBeforeLockFailCleanlyAndWorkAfterUnlock() throws {
+        let env = try TestEnvironment(passcode: "1234")
+        let path = env.path("f")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let data = Array("attack at dawn".utf8)
+        try f.write(data)  // stays in the write-back cache
+
+        env.services.lock()
+        XCTAssertEqual(aceCode { _ = try f.pread(count: 10, at: 0) }, .noKeys)
+        XCTAssertEqual(aceCode { try f.write([1]) }, .noKeys)
+        XCTAssertEqual(aceCode { try f.truncate(to: 0) }, .noKeys)
+        XCTAssertEqual(aceCode { _ = try f.stat() }, .noKeys)
+        XCTAssertEqual(aceCode { _ = try f.seek(0, whence: SEEK_END) }, .noKeys)
+        XCTAssertEqual(errnoOf { _ = try f.pread(count: 10, at: 0) }, EACCES)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .noKeys)
+        // Lock flushed the cached write and wiped the plaintext cache.
+        XCTAssertEqual(f.shared.cacheIndex, -1)
+        XCTAssertNil(f.shared.cipher)
+        XCTAssertTrue(f.shared.cache.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
+
+        try env.services.unlock(passcode: SecureBytes(copying: Array("1234".utf8)))
+        XCTAssertEqual(try f.pread(count: 100, at: 0), data)
+        try f.close()
+    }
+
+    func testRetireMakesEveryFileUnreadable() throws {
+        let env = try TestEnvironment()
+        let path = env.path("f")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try f.write(Array(repeating: 7, count: 10_000))
+        try f.close()
+        try env.services.retire()
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .noKeys)
+        // A new store in the same place has a new seed: the old file does not open.
+        let reborn = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: reborn) }, .badKeyOrCorruptData)
+    }
+
+    // MARK: keys
+
+    func testAnotherAppCannotOpenAppFilesButGroupMembersCanOpenGroupFiles() throws {
+        let env = try TestEnvironment(appID: "app.one")
+        let other = try SecureServices(appID: "app.two", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        let appFile = env.path("app"), groupFile = env.path("group")
+        var f = try SecureFile.open(appFile, flags: O_RDWR | O_CREAT, services: env.services)
+        try f.write([1, 2, 3]); try f.close()
+        f = try SecureFile.open(groupFile, flags: O_RDWR | O_CREAT, key: .group("team"), services: env.services)
+        try f.write([4, 5, 6]); try f.close()
+
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(appFile, flags: O_RDONLY, services: other) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(groupFile, flags: O_RDONLY, services: other) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(groupFile, flags: O_RDONLY, key: .group("other"), services: other) }, .badKeyOrCorruptData)
+        let g = try SecureFile.open(groupFile, flags: O_RDONLY, key: .group("team"), services: other)
+        XCTAssertEqual(try g.readAll(), [4, 5, 6])
+        try g.close()
+    }
+
+    func testASecondOpenerNeedsTheKeyToo() throws {
+        // Shared in-process state must not let a handle without the group key read a group file.
+        let env = try TestEnvironment()
+        let path = env.path("g")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, key: .group("team"), services: env.services)
+        try f.write([9, 9, 9])
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, key: .app, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, key: .group("x"), services: env.services) }, .badKeyOrCorruptData)
+        try f.close()
+    }
+
+    func testRewrapIsHeaderOnlyAndMovesTheFileToTheNewKey() throws {
+        let env = try TestEnvironment()
+        let path = env.path("r")
+        var rng = SplitMix64(seed: 3)
+        let data = randomBytes(50_000, &rng)
+        var f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try f.write(data); try f.close()
+        let before = readWholeFile(path)
+        try SecureFileSystem.rewrap(path, from: .app, to: .group("team"), services: env.services)
+        let after = readWholeFile(path)
+        XCTAssertEqual(before.count, after.count)
+        XCTAssertEqual(Array(before[128...]), Array(after[128...]), "only the header may change")
+        XCTAssertNotEqual(Array(before[0..<128]), Array(after[0..<128]))
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .badKeyOrCorruptData)
+        f = try SecureFile.open(path, flags: O_RDONLY, key: .group("team"), services: env.services)
+        XCTAssertEqual(try f.readAll(), data)
+        try f.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).keyClassName, "group")
+    }
+
+    func testAFixedKeyProviderOpensFilesWithoutServices() throws {
+        let kek = try KeyEncryptionKey(key: SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
+        let provider = FixedKeyProvider(kek: kek)
+        let env = try TestEnvironment()
+        let path = env.path("x")
+        var f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: provider)
+        try f.write([1, 2, 3, 4]); try f.close()
+        f = try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
+        XCTAssertEqual(try f.readAll(), [1, 2, 3, 4])
+        try f.close()
+        let otherKEK = try KeyEncryptionKey(key: SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: otherKEK)) }, .badKeyOrCorruptData)
+    }
+
+    // MARK: what is not a secure file
+
+    func testPlainFilesAndOtherFormatsAreRefused() throws {
+        let env = try TestEnvironment()
+        let plain = env.path("plain")
+        writeWholeFile(plain, Array("just some text, not encrypted at all, long enough for a header".utf8) + [UInt8](repeating: 0x41, count: 200))
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(plain, flags: O_RDONLY, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(plain, flags: O_RDWR, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(readWholeFile(plain).count, 262, "a refused open never changes the file")
+        // O_TRUNC of a plain file replaces it, as open(2) would.
+        let f = try SecureFile.open(plain, flags: O_RDWR | O_TRUNC, services: env.services)
+        XCTAssertEqual(try f.size, 0)
+        try f.close()
+        XCTAssertEqual(readWholeFile(plain).count, FileLayout.headerSize + FileLayout.trailerSize)
+
+        // A secure file of another store is never destroyed by O_TRUNC.
+        let foreignEnv = try TestEnvironment()
+        let foreign = env.path("foreign")
+        let g = try SecureFile.open(foreign, flags: O_RDWR | O_CREAT, services: foreignEnv.services)
+        try g.write([1, 2, 3]); try g.close()
+        let bytes = readWholeFile(foreign)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(foreign, flags: O_RDWR | O_TRUNC, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(readWholeFile(foreign), bytes)
+    }
+
+    func testOnlyRegularFiles() throws {
+        let env = try TestEnvironment()
+        let dir = env.path("dir")
+        mkdir(dir, 0o755)
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(dir, flags: O_RDONLY, services: env.services) }, EISDIR)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(dir, flags: O_RDONLY, services: env.services) }, .regularFileOnly)
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(dir, flags: O_RDWR, services: env.services) }, EISDIR)
+        let fifo = env.path("fifo")
+        mkfifo(fifo, 0o644)
+        // Must not block waiting for a writer.
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(fifo, flags: O_RDONLY, services: env.services) }, .regularFileOnly)
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(env.path("missing"), flags: O_RDONLY, services: env.services) }, ENOENT)
+        let f = try SecureFile.open(env.path("e"), flags: O_RDWR | O_CREAT | O_EXCL, services: env.services)
+        try f.close()
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(env.path("e"), flags: O_RDWR | O_CREAT | O_EXCL, services: env.services) }, EEXIST)
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(env.path("e"), flags: O_RDWR | O_DIRECTORY, services: env.services) }, EINVAL)
+    }
+
+    func testAccessModeErrors() throws {
+        let env = try TestEnvironment()
+        let path = env.path("m")
+        var f = try SecureFile.open(path, flags: O_WRONLY | O_CREAT, services: env.services)
+        XCTAssertEqual(aceCode { _ = try f.pread(count: 1, at: 0) }, .readOnWriteOnly)
+        XCTAssertEqual(errnoOf { _ = try f.pread(count: 1, at: 0) }, EBADF)
+        try f.close()
+        XCTAssertEqual(errnoOf { try f.close() }, EBADF)
+        f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(aceCode { try f.write([1]) }, .writeOnReadOnly)
+        XCTAssertEqual(aceCode { try f.truncate(to: 0) }, .truncOnReadOnly)
+        XCTAssertEqual(errnoOf { try f.truncate(to: 0) }, EINVAL)
+        try f.close()
+        f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertEqual(aceCode { try f.truncate(to: -1) }, .negativeFileLength)
+        XCTAssertEqual(aceCode { try f.truncate(to: SecureFile.maximumFileSize + 1) }, .fileTooBig)
+        XCTAssertEqual(aceCode { try f.pwrite([1], at: SecureFile.maximumFileSize) }, .fileTooBig)
+        XCTAssertEqual(errnoOf { try f.pwrite([1], at: SecureFile.maximumFileSize) }, EFBIG)
+        XCTAssertEqual(aceCode { _ = try f.seek(-1, whence: SEEK_SET) }, .negativeFileLength)
+        XCTAssertEqual(aceCode { _ = try f.seek(SecureFile.maximumFileSize + 1, whence: SEEK_SET) }, .fileTooBig)
+        XCTAssertEqual(aceCode { _ = try f.seek(0, whence: 99) }, .invalidArgument)
+        XCTAssertEqual(try f.size, 0, "refused operations change nothing")
+        try f.close()
+    }
+
+    // MARK: holes, sizes, sharing
+
+    func testHolesReadAsAuthenticatedZeros() throws {
+        let env = try TestEnvironment()
+        let path = env.path("h")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try f.pwrite([0xAA], at: 100_000)
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        let all = try g.readAll()
+        XCTAssertEqual(all.count, 100_001)
+        XCTAssertTrue(all[0..<100_000].allSatisfy { $0 == 0 })
+        XCTAssertEqual(all.last, 0xAA)
+        try g.close()
+        // Zeroing a hole chunk on disk is detected: holes are encrypted like any data.
+        let fd = open(path, O_WRONLY)
+        let zeros = [UInt8](repeating: 0, count: 4124)
+        _ = zeros.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress, $0.count, off_t(FileLayout().chunkOffset(3))) }
+        close(fd)
+        let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(aceCode { _ = try h.pread(count: 10, at: 3 * 4096) }, .badKeyOrCorruptData)
+        XCTAssertEqual(try h.pread(count: 10, at: 0), [UInt8](repeating: 0, count: 10), "other chunks still read")
+        try h.close()
+    }
+
+    func testStatAndLstatReportThePlaintextSizeInConstantTime() throws {
+        let env = try TestEnvironment()
+        let path = env.path("s")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        for size: Int64 in [0, 1, 4095, 4096, 4097, 12_288, 100_000] {
+            try f.truncate(to: size)
+            try f.sync()
+            XCTAssertEqual(Int64(try f.stat().st_size), size)
+            XCTAssertEqual(Int64(try SecureFileSystem.lstat(path).st_size), size)
+            XCTAssertEqual(try SecureFileSystem.info(path).plaintextSize, size)
+            var st = stat()
+            lstat(path, &st)
+            XCTAssertEqual(Int64(st.st_size), FileLayout().physicalSize(forPlaintextSize: size))
+        }
+        try f.close()
+        // Storage overhead at the default chunk size.
+        let physical = Double(FileLayout().physicalSize(forPlaintextSize: 1 << 30))
+        XCTAssertLessThanOrEqual(physical / Double(1 << 30) - 1, 0.007)
+    }
+
+    func testHandlesOnTheSameFileSeeEachOthersWritesAtOnce() throws {
+        let env = try TestEnvironment()
+        let path = env.path("shared")
+        let a = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let b = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        try a.write(Array("hello".utf8))  // only in the write-back cache
+        XCTAssertEqual(try b.pread(count: 5, at: 0), Array("hello".utf8))
+        XCTAssertEqual(try b.size, 5)
+        // The path can be renamed while open; the file stays readable (the AAD binds the file ID).
+        try SecureFileSystem.rename(path, env.path("renamed"))
+        try a.close()
+        XCTAssertEqual(try b.pread(count: 5, at: 0), Array("hello".utf8))
+        try b.close()
+        let c = try SecureFile.open(env.path("renamed"), flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try c.readAll(), Array("hello".utf8))
+        try c.close()
+    }
+
+    func testTruncateByPathAndEmptyFiles() throws {
+        let env = try TestEnvironment()
+        let path = env.path("t")
+        // A 0-byte file (e.g. from touch) opens as an empty secure file.
+        close(open(path, O_CREAT | O_WRONLY, 0o644))
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try r.readAll(), [])
+        try r.close()
+        try SecureFileSystem.truncate(path, to: 5000, services: env.services)
+        let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try f.readAll(), [UInt8](repeating: 0, count: 5000))
+        try f.close()
+        XCTAssertEqual(aceCode { try SecureFileSystem.truncate(path, to: -5, services: env.services) }, .negativeFileLength)
+    }
+
+    func testManyThreadsOnOneHandle() throws {
+        let env = try TestEnvironment()
+        let path = env.path("threads")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let threads = 8, perThread = 40, block = 3000
+        DispatchQueueless.concurrentPerform(iterations: threads) { t in
+            for i in 0..<perThread {
+                let value = UInt8(truncatingIfNeeded: t * 31 + i)
+                let at = Int64((t * perThread + i) * block)
+                _ = try? f.pwrite([UInt8](repeating: value, count: block), at: at)
+            }
+        }
+        for t in 0..<threads {
+            for i in 0..<perThread {
+                let at = Int64((t * perThread + i) * block)
+                XCTAssertEqual(try f.pread(count: block, at: at), [UInt8](repeating: UInt8(truncatingIfNeeded: t * 31 + i), count: block))
+            }
+        }
+        try f.close()
+    }
+}
+
+/// Runs `body` on `iterations` threads at once (pthreads, no Foundation).
+enum DispatchQueueless {
+    static func concurrentPerform(iterations: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        final class Box: @unchecked Sendable { let body: @Sendable (Int) -> Void; let i: Int; init(_ b: @escaping @Sendable (Int) -> Void, _ i: Int) { body = b; self.i = i } }
+        var threads: [pthread_t] = []
+        for i in 0..<iterations {
+            var t = pthread_t()
+            let box = Unmanaged.passRetained(Box(body, i)).toOpaque()
+            pthread_create(&t, nil, { arg in
+                let b = Unmanaged<Box>.fromOpaque(arg!).takeRetainedValue()
+                b.body(b.i)
+                return nil
+            }, box)
+            threads.append(t)
+        }
+        for t in threads { pthread_join(t, nil) }
+    }
+}
