@@ -1,0 +1,255 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import XCTest
+import CShim
+import ACSecureFileCore
+import ACSecureServices
+@testable import ACSecureFileCAPI
+
+/// Calls the exported C functions exactly as a C program would (Swift cannot call the variadic
+/// `ACSecureFileOpen`, so it uses the non-variadic entry point the C shim forwards to).
+final class ACSecureFileCAPITests: XCTestCase {
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("acsecure-capi-\(UUID().uuidString)").path
+        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        XCTAssertEqual(ACSecureServicesStart("capi-tests", directory + "/store"), 0, String(cString: strerror(errno)))
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func path(_ name: String) -> String { directory + "/" + name }
+
+    private func open(_ name: String, _ flags: Int32, _ mode: mode_t = 0o600) -> Int32 {
+        ACSecureFile_openWithMode(path(name), flags, mode)
+    }
+
+    /// Runs `call`, then checks it failed with `expectedErrno` and (for a descriptor) `ace`.
+    private func assertFails<R: BinaryInteger>(_ call: @autoclosure () -> R, errno expectedErrno: Int32, ace: ACError? = nil,
+                                               fd: Int32? = nil, file: StaticString = #filePath, line: UInt = #line) {
+        errno = 0
+        let result = call()
+        let e = errno
+        XCTAssertEqual(result, -1, "return value", file: file, line: line)
+        XCTAssertEqual(e, expectedErrno, "errno \(e) (\(String(cString: strerror(e))))", file: file, line: line)
+        if let fd, let ace {
+            XCTAssertEqual(ACSecureFileLastError(fd), Int32(ace.rawValue), "ACSecureFileLastError", file: file, line: line)
+        }
+    }
+
+    // MARK: descriptors
+
+    func testRoundTripAndLastErrorIsClearedBySuccess() {
+        let fd = open("a", O_RDWR | O_CREAT | O_EXCL)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        let text = Array("hello, secure world".utf8)
+        XCTAssertEqual(text.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, $0.count) }, text.count)
+        assertFails(ACSecureFileLseek(fd, 0, 99), errno: EINVAL, ace: ACE_INVALID_ARG, fd: fd)
+        XCTAssertEqual(ACSecureFileLseek(fd, 7, SEEK_SET), 7)
+        XCTAssertEqual(ACSecureFileLastError(fd), Int32(ACE_NO_ERROR.rawValue))
+        var out = [UInt8](repeating: 0, count: 64)
+        XCTAssertEqual(out.withUnsafeMutableBytes { ACSecureFileRead(fd, $0.baseAddress, $0.count) }, text.count - 7)
+        XCTAssertEqual(Array(out[0..<(text.count - 7)]), Array(text[7...]))
+        var st = stat()
+        XCTAssertEqual(ACSecureFstat(fd, &st), 0)
+        XCTAssertEqual(st.st_size, off_t(text.count))
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        XCTAssertEqual(ACSecureLstat(path("a"), &st), 0)
+        XCTAssertEqual(st.st_size, off_t(text.count))
+    }
+
+    func testDescriptorIsTheKernelDescriptorAndCloseForgetsIt() {
+        let fd = open("k", O_RDWR | O_CREAT)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertGreaterThanOrEqual(fcntl(fd, F_GETFD), 0, "a real kernel descriptor")
+        XCTAssertNotNil(DescriptorTable.shared.lookup(fd))
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        XCTAssertNil(DescriptorTable.shared.lookup(fd))
+        XCTAssertEqual(fcntl(fd, F_GETFD), -1, "the kernel descriptor is closed too")
+        assertFails(ACSecureFileClose(fd), errno: EBADF)
+        assertFails(ACSecureFileLastError(fd), errno: EBADF)
+        assertFails(ACSecureFileWrite(fd, "x", 1), errno: EBADF)
+        // The kernel hands out the lowest free number again; it names the new file only.
+        let again = open("k", O_RDONLY)
+        XCTAssertEqual(again, fd)
+        XCTAssertEqual(ACSecureFileLastError(again), Int32(ACE_NO_ERROR.rawValue))
+        XCTAssertEqual(ACSecureFileClose(again), 0)
+    }
+
+    func testUnknownDescriptorsAreEBADF() {
+        var st = stat()
+        var byte: UInt8 = 0
+        for fd: Int32 in [-1, 0, 1, 2, 77_777] {
+            assertFails(ACSecureFileRead(fd, &byte, 1), errno: EBADF)
+            assertFails(ACSecureFstat(fd, &st), errno: EBADF)
+            assertFails(ACSecureFileLseek(fd, 0, SEEK_SET), errno: EBADF)
+            assertFails(ACSecureFtruncate(fd, 0), errno: EBADF)
+            assertFails(ACSecureFileLastError(fd), errno: EBADF)
+        }
+        // As the kernel: a negative offset or length is EINVAL before the descriptor is looked at.
+        assertFails(ACSecureFilePread(-1, &byte, 1, -1), errno: EINVAL)
+        assertFails(ACSecureFtruncate(-1, -1), errno: EINVAL)
+    }
+
+    // MARK: arguments
+
+    func testIovecValidation() {
+        let fd = open("v", O_RDWR | O_CREAT)
+        var a = [UInt8](repeating: 1, count: 10)
+        a.withUnsafeMutableBytes { buf in
+            var iov = iovec(iov_base: buf.baseAddress, iov_len: buf.count)
+            assertFails(ACSecureFileWritev(fd, &iov, -1), errno: EINVAL, ace: ACE_INVALID_ARG, fd: fd)
+            assertFails(ACSecureFileWritev(fd, &iov, 1025), errno: EINVAL, ace: ACE_INVALID_ARG, fd: fd)
+            assertFails(ACSecureFileReadv(fd, nil, 1), errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+            XCTAssertEqual(ACSecureFileWritev(fd, nil, 0), 0)
+            var nullBase = iovec(iov_base: nil, iov_len: 5)
+            assertFails(ACSecureFileWritev(fd, &nullBase, 1), errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+            var overflow = [iovec(iov_base: buf.baseAddress, iov_len: Int.max), iovec(iov_base: buf.baseAddress, iov_len: 1)]
+            assertFails(ACSecureFileWritev(fd, &overflow, 2), errno: EINVAL, ace: ACE_INVALID_ARG, fd: fd)
+            // 1024 one-byte iovecs are one write.
+            var many = (0..<1024).map { _ in iovec(iov_base: buf.baseAddress, iov_len: 1) }
+            XCTAssertEqual(ACSecureFileWritev(fd, &many, 1024), 1024)
+        }
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        // Mode before arguments: readv with a bad count on a write-only descriptor is EBADF.
+        let wo = open("v", O_WRONLY)
+        assertFails(ACSecureFileReadv(wo, nil, -1), errno: EBADF, ace: ACE_READ_ON_WRITEONLY_ERROR, fd: wo)
+        assertFails(ACSecureFileRead(wo, nil, 5), errno: EBADF, ace: ACE_READ_ON_WRITEONLY_ERROR, fd: wo)
+        XCTAssertEqual(ACSecureFileClose(wo), 0)
+    }
+
+    func testNullPointersAreEFAULT() {
+        let fd = open("n", O_RDWR | O_CREAT)
+        assertFails(ACSecureFileRead(fd, nil, 5), errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        assertFails(ACSecureFileWrite(fd, nil, 5), errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        assertFails(ACSecureFstat(fd, nil), errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        XCTAssertEqual(ACSecureFileRead(fd, nil, 0), 0)
+        XCTAssertEqual(ACSecureFileLastError(fd), Int32(ACE_NO_ERROR.rawValue))
+        assertFails(ACSecureFile_openWithMode(nil, O_RDONLY, 0), errno: EFAULT)
+        assertFails(ACSecureLstat(nil, nil), errno: EFAULT)
+        assertFails(ACSecureFileRename(path("n"), nil), errno: EFAULT)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+    }
+
+    func testInvalidUTF8PathIsRefusedNotRepaired() {
+        let bad: [CChar] = (Array(path("bad").utf8) + [0xFF, 0]).map { CChar(bitPattern: $0) }
+        assertFails(ACSecureFile_openWithMode(bad, O_RDWR | O_CREAT, 0o600), errno: EINVAL)
+    }
+
+    // MARK: errno of the path calls
+
+    func testOpenErrnoMatchesPOSIX() {
+        assertFails(open("missing", O_RDONLY), errno: ENOENT)
+        assertFails(ACSecureFile_openWithMode(directory, O_RDONLY, 0), errno: EISDIR)
+        let fd = open("e", O_RDWR | O_CREAT)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        assertFails(open("e", O_RDWR | O_CREAT | O_EXCL), errno: EEXIST)
+        assertFails(open("e/x", O_RDONLY), errno: ENOTDIR)
+    }
+
+    func testModeIsUsedOnlyWithOCreatAndUmaskApplies() {
+        let old = umask(0o022)
+        defer { umask(old) }
+        let fd = open("m", O_RDWR | O_CREAT, 0o666)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        var st = stat()
+        XCTAssertEqual(lstat(path("m"), &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o644)
+    }
+
+    // MARK: secure services
+
+    func testLockGivesNoKeysAndUnlockRestores() {
+        let fd = open("l", O_RDWR | O_CREAT)
+        XCTAssertEqual(ACSecureFileWrite(fd, "abc", 3), 3)
+        XCTAssertEqual(ACSecureServicesGetAvailability(), ACSECURESERVICESAVAILABILITY_AVAILABLE)
+        XCTAssertEqual(ACSecureServicesLock(), 0)
+        XCTAssertEqual(ACSecureServicesGetAvailability(), ACSECURESERVICESAVAILABILITY_UNAVAILABLE)
+        var b = [UInt8](repeating: 0, count: 3)
+        assertFails(b.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, 3, 0) }, errno: EACCES,
+                    ace: ACE_NO_KEYS_ERROR, fd: fd)
+        assertFails(open("l2", O_RDWR | O_CREAT), errno: EACCES)
+        XCTAssertEqual(ACSecureServicesUnlock(nil), 0)
+        XCTAssertEqual(b.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, 3, 0) }, 3)
+        XCTAssertEqual(b, Array("abc".utf8))
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+    }
+
+    func testPasscodeErrors() {
+        XCTAssertEqual(ACSecureServicesSetPasscode(nil, "pw"), 0)
+        XCTAssertEqual(ACSecureServicesLock(), 0)
+        assertFails(ACSecureServicesUnlock("nope"), errno: EACCES)
+        XCTAssertEqual(ACSecureServicesUnlock("pw"), 0)
+        assertFails(ACSecureServicesSetPasscode("nope", nil), errno: EACCES)
+        XCTAssertEqual(ACSecureServicesSetPasscode("pw", nil), 0)
+        assertFails(ACSecureServicesStart("", directory + "/store"), errno: EINVAL)
+        assertFails(ACSecureFileOpenWithGroupID(path("g"), O_RDWR | O_CREAT, 0o600, ""), errno: EINVAL)
+    }
+
+    func testGroupFileIsSharedBetweenApps() {
+        let fd = ACSecureFileOpenWithGroupID(path("g"), O_RDWR | O_CREAT, 0o600, "team")
+        XCTAssertEqual(ACSecureFileWrite(fd, "shared", 6), 6)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        XCTAssertEqual(ACSecureServicesStart("other-app", directory + "/store"), 0)
+        let other = ACSecureFileOpenWithGroupID(path("g"), O_RDONLY, 0, "team")
+        var b = [UInt8](repeating: 0, count: 16)
+        XCTAssertEqual(b.withUnsafeMutableBytes { ACSecureFileRead(other, $0.baseAddress, $0.count) }, 6)
+        XCTAssertEqual(ACSecureFileClose(other), 0)
+    }
+
+    // MARK: threads
+
+    /// Each thread has its own descriptor, alternating failing and succeeding calls: the last
+    /// error read right after a call is always that call's.
+    func testLastErrorIsPerDescriptorAcrossThreads() {
+        let threads = 8
+        let fds = (0..<threads).map { open("t\($0)", O_RDONLY | O_CREAT) }
+        let mismatches = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: threads) { t in
+            let fd = fds[t]
+            var byte: UInt8 = 0
+            for i in 0..<2000 {
+                if (i + t) % 2 == 0 {
+                    let r = ACSecureFileWrite(fd, &byte, 1)
+                    if r != -1 || ACSecureFileLastError(fd) != Int32(ACE_WRITE_ON_READONLY_ERROR.rawValue) {
+                        mismatches.withLock { $0 += 1 }
+                    }
+                } else {
+                    let r = ACSecureFileRead(fd, &byte, 1)
+                    if r != 0 || ACSecureFileLastError(fd) != Int32(ACE_NO_ERROR.rawValue) {
+                        mismatches.withLock { $0 += 1 }
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.withLock { $0 }, 0)
+        for fd in fds { XCTAssertEqual(ACSecureFileClose(fd), 0) }
+        XCTAssertEqual(DescriptorTable.shared.count, 0)
+    }
+
+    func testConcurrentOpenCloseNeverSeesStaleState() {
+        let fd = open("c", O_RDWR | O_CREAT)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        let failures = Mutex(0)
+        let shared = path("c")
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            for _ in 0..<300 {
+                let fd = ACSecureFile_openWithMode(shared, O_RDWR, 0)
+                var st = stat()
+                if fd < 0 || ACSecureFstat(fd, &st) != 0 || ACSecureFileClose(fd) != 0 {
+                    failures.withLock { $0 += 1 }
+                }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, 0)
+        XCTAssertEqual(DescriptorTable.shared.count, 0)
+    }
+}
+
+import Synchronization

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The C API tested as a user would use it: build the release library, install it into a temporary
+# prefix, compile the C test programs and examples with plain `cc $(pkg-config ...)`, and run them.
+#
+#   scripts/test-c.sh [SEED [SEQUENCES [OPERATIONS]]]
+#
+# Runs: Tests/CDifferential/ace_codes.c (every provokable ACE_* value),
+#       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
+#       2000 sequences of 60 operations), and Examples/c (secure-copy, securecat) with secure
+#       services started from the environment only.
+# environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
+#   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
+#   past a known divergence, see differential.c).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+seed="${1:-1}"
+sequences="${2:-2000}"
+operations="${3:-60}"
+cc="${CC:-cc}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-test-c.XXXXXX")"
+if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$work"' EXIT; else echo "test-c: keeping $work" >&2; fi
+
+"$root/scripts/install-c-library.sh" "$work/prefix"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+read -r -a flags <<<"$(pkg-config --cflags --libs acsecurefile)"
+
+build() { # build OUTPUT SOURCE
+    read -r -a extra <<<"${CFLAGS:-}"
+    echo "test-c: $cc -std=c11 -Wall -Wextra -Werror -O2 ${extra[*]} $2 ${flags[*]} -o $1" >&2
+    "$cc" -std=c11 -Wall -Wextra -Werror -O2 "${extra[@]}" "$2" "${flags[@]}" -o "$work/$1"
+}
+build differential "$root/Tests/CDifferential/differential.c"
+build ace_codes "$root/Tests/CDifferential/ace_codes.c"
+build securecat "$root/Examples/c/securecat.c"
+build secure-copy "$root/Examples/c/secure-copy.c"
+
+# The binaries find libACSecureFile.so through the rpath from the .pc file only.
+unset LD_LIBRARY_PATH
+
+status=0
+"$work/ace_codes" "$work/ace" || status=1
+"$work/differential" "$seed" "$sequences" "$operations" "$work/differential-files" || status=1
+
+# Examples, with secure services started from the environment (no ACSecureServices* call).
+export ACSECURE_HOME="$work/example-store" ACSECURE_APP_ID="test-c-examples"
+head -c 1000003 /dev/urandom >"$work/plain.bin"
+"$work/secure-copy" "$work/plain.bin" "$work/secure.bin"
+"$work/securecat" "$work/secure.bin" >"$work/roundtrip.bin"
+if cmp -s "$work/plain.bin" "$work/roundtrip.bin"; then
+    echo "examples: secure-copy | securecat round trip of 1000003 bytes OK"
+else
+    echo "examples: FAIL: securecat output differs from the source" >&2
+    status=1
+fi
+if cmp -s "$work/plain.bin" "$work/secure.bin" || grep -q "$(head -c 32 "$work/plain.bin" | od -An -tx1 | tr -d ' \n')" <(od -An -tx1 "$work/secure.bin" | tr -d ' \n'); then
+    echo "examples: FAIL: the secure file contains the plaintext" >&2
+    status=1
+fi
+printf 'hello, secure world\n' | "$work/securecat" -w "$work/hello.sec"
+if [ "$("$work/securecat" "$work/hello.sec")" = "hello, secure world" ] && ! grep -q "secure world" "$work/hello.sec"; then
+    echo "examples: securecat -w round trip OK"
+else
+    echo "examples: FAIL: securecat -w round trip" >&2
+    status=1
+fi
+ACSECURE_APP_ID="another-app" "$work/securecat" "$work/hello.sec" 2>/dev/null && {
+    echo "examples: FAIL: another app ID could read the file" >&2
+    status=1
+}
+
+[ "$status" = 0 ] && echo "test-c: all C tests passed" || echo "test-c: FAILED" >&2
+exit "$status"
