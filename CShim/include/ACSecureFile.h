@@ -67,18 +67,20 @@ extern "C" {
 /**
  * Opens (and with O_CREAT creates) a secure file. The corresponding POSIX function is `open`.
  *
- * oflag takes the usual O_RDONLY / O_WRONLY / O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_APPEND,
- * O_CLOEXEC, O_NOFOLLOW, O_SYNC, ... The mode argument is read only when oflag contains O_CREAT
- * (or O_TMPFILE), exactly like open(); it is subject to the umask. A new (or O_TRUNC'ed) file is
- * keyed with the app's key; use ACSecureFileOpenWithGroupID (ACSecureServices.h) to share a file
- * through an encryption group.
+ * oflag takes O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_CLOEXEC,
+ * O_NOFOLLOW and O_NOCTTY; other flags (O_SYNC, O_DSYNC, O_DIRECT, O_TMPFILE, O_PATH, ...) are
+ * refused with EINVAL. The mode argument is read only when oflag contains O_CREAT (or O_TMPFILE),
+ * exactly like open(); it is subject to the umask. A new (or O_TRUNC'ed) file is keyed with the
+ * app's key; use ACSecureFileOpenWithGroupID (ACSecureServices.h) to share a file through an
+ * encryption group.
  *
  * Returns a descriptor >= 0, or -1 with errno:
  *   ENOENT, EEXIST, EACCES, ENOTDIR, ELOOP, EMFILE, ENAMETOOLONG, EROFS, ... as open();
- *   EISDIR     the path is a directory (or not a regular file);
- *   EACCES     secure services are unavailable (no keys) — for an existing file with O_TRUNC or
- *              when a new file needs a key;
- *   EIO        the file is not a secure file or its header is corrupt or under another key.
+ *   EISDIR     the path is a directory;
+ *   EINVAL     the path is another non-regular file (FIFO, device, socket), or an unsupported flag;
+ *   EACCES     secure services are unavailable (no keys);
+ *   EIO        the file is not a secure file, or its header is corrupt or under another key;
+ *   EINVAL     the path is not valid UTF-8; EFAULT when path is NULL.
  * Sets no ACE_* value (there is no descriptor yet).
  */
 int ACSecureFileOpen(const char *path, int oflag, ...);
@@ -111,10 +113,11 @@ ssize_t ACSecureFileRead(int fd, void *buf, size_t nbyte);
  * Writes nbyte bytes at the file offset (at the end with O_APPEND) and advances it.
  * The corresponding POSIX function is `write`.
  *
- * Returns nbyte (a write is never short unless the disk fills), or -1 with errno:
+ * Returns nbyte (short only when the disk fills or the write reaches the 2^44-byte limit),
+ * or -1 with errno:
  *   EBADF   unknown descriptor, or opened O_RDONLY (ACE_WRITE_ON_READONLY_ERROR);
  *   EFAULT  buf is NULL and nbyte > 0 (ACE_INVALID_ARG);
- *   EFBIG   the file would exceed 2^44 bytes (ACE_FILE_TOO_BIG_ERROR);
+ *   EFBIG   the offset is at or past 2^44 bytes (ACE_FILE_TOO_BIG_ERROR);
  *   EACCES  no keys (ACE_NO_KEYS_ERROR);
  *   EIO     (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, ACE_INTERNAL_ERROR); ENOMEM (ACE_LOW_MEMORY_ERROR);
  *   ENOSPC, EDQUOT as write().
@@ -158,15 +161,16 @@ ssize_t ACSecureFileWritev(int fd, const struct iovec *iov, int iovcnt);
 
 /**
  * Moves the file offset (in plaintext bytes). The corresponding POSIX function is `lseek`.
- * SEEK_SET, SEEK_CUR and SEEK_END are supported; seeking past the end is allowed and a later
- * write leaves a hole that reads as zeros.
+ * SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA and SEEK_HOLE are supported; seeking past the end is
+ * allowed and a later write fills the gap with (encrypted) zeros.
  *
  * Returns the new offset, or -1 with errno:
- *   EBADF   unknown descriptor;
- *   EINVAL  unknown whence (ACE_INVALID_ARG) or a resulting negative offset
- *           (ACE_NEGATIVE_FILE_LEN_ERROR);
- *   EOVERFLOW the resulting offset does not fit in off_t (ACE_FILE_TOO_BIG_ERROR);
- *   EACCES  no keys (ACE_NO_KEYS_ERROR).
+ *   EBADF     unknown descriptor;
+ *   EINVAL    unknown whence (ACE_INVALID_ARG), a negative result (ACE_NEGATIVE_FILE_LEN_ERROR),
+ *             or a result past 2^44 (ACE_FILE_TOO_BIG_ERROR), as lseek past the file system's limit;
+ *   EOVERFLOW the offset computation overflows off_t (ACE_FILE_TOO_BIG_ERROR);
+ *   ENXIO     SEEK_DATA / SEEK_HOLE at or past the end (the whole file counts as data);
+ *   EACCES    no keys (ACE_NO_KEYS_ERROR).
  */
 off_t ACSecureFileLseek(int fd, off_t offset, int whence);
 
@@ -193,13 +197,16 @@ int ACSecureFstat(int fd, struct stat *buf);
  * st_size is the plaintext size, for anything else the result is that of lstat().
  * The corresponding POSIX function is `lstat`.
  *
- * Returns 0, or -1 with the errno of lstat() (ENOENT, ENOTDIR, ...), or EFAULT when buf is
- * NULL. Sets no ACE_* value.
+ * Returns 0, or -1 with the errno of lstat() (ENOENT, ENOTDIR, ...), EFAULT when buf is NULL,
+ * or EIO for a non-empty regular file that is not a secure file. No key is needed. Sets no
+ * ACE_* value.
  */
 int ACSecureLstat(const char *path, struct stat *buf);
 
 /**
- * Sets the plaintext size of an open secure file; growing adds zeros.
+ * Sets the plaintext size of an open secure file; growing adds zeros. Note that the zeros are
+ * encrypted and written like data (a secure file has no holes): growing by N bytes costs N bytes
+ * of disk and time.
  * The corresponding POSIX function is `ftruncate`.
  *
  * Returns 0, or -1 with errno:

@@ -85,7 +85,7 @@ public func ACSecureFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int32) -> 
 
 @c @implementation
 public func ACSecureFtruncate(_ fd: Int32, _ length: off_t) -> Int32 {
-    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+    CResult.onFile(fd, before: negativeOffset(length, fd, "ACSecureFtruncate")) { file throws(SecureFileError) -> Int32 in
         try file.truncate(to: Int64(length))
         return 0
     }
@@ -139,7 +139,8 @@ public func ACSecureTruncate(_ path: UnsafePointer<CChar>?, _ length: off_t) -> 
 
 // MARK: C arguments → Swift buffers
 
-/// `pread(2)`/`pwrite(2)` reject a negative offset before looking at the descriptor.
+/// `pread(2)`/`pwrite(2)` reject a negative offset, and `ftruncate(2)` a negative length, before
+/// looking at the descriptor.
 @inline(__always)
 private func negativeOffset(_ offset: off_t, _ fd: Int32, _ what: String) -> SecureFileError? {
     offset < 0 ? SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(what)(\(fd)): negative offset \(offset)") : nil
