@@ -61,7 +61,10 @@ public final class SecureFile: @unchecked Sendable {
         // The engine reads chunks to modify them, so a writer needs a readable descriptor. O_APPEND
         // and O_TRUNC are done by the engine (pwrite on an O_APPEND descriptor would append).
         // O_NONBLOCK keeps a FIFO from blocking the open; it is cleared once the file is known regular.
-        var kernelFlags = (accessMode == O_RDONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK
+        // Linux truncates even with O_RDONLY (after checking write permission): a writable
+        // descriptor for the engine gives the same permission check.
+        let truncate = flags & O_TRUNC != 0
+        var kernelFlags = (accessMode == O_RDONLY && !truncate ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK
         kernelFlags |= flags & (O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY)
         var fd: Int32
         switch Sys.open(path, kernelFlags, mode) {
@@ -88,7 +91,7 @@ public final class SecureFile: @unchecked Sendable {
         let shared: SharedFile
         do {
             shared = try OpenFiles.acquire(identity, services: services, key: key, path: path, fd: fd,
-                                           writable: accessMode != O_RDONLY, truncate: flags & O_TRUNC != 0 && accessMode != O_RDONLY)
+                                           writable: accessMode != O_RDONLY || truncate, truncate: truncate)
         } catch {
             _ = Sys.close(fd)
             throw error
@@ -342,6 +345,13 @@ enum OpenFiles {
             } catch let e as SecureFileError { return .failure(e) } catch { fatalError("unreachable") }
         }
         return try result.get()
+    }
+
+    /// The plaintext size of a file this process has open (it may include cached writes), if any.
+    static func openSize(device: UInt64, inode: UInt64) -> Int64? {
+        let identity = SharedFile.Identity(device: device, inode: inode)
+        let files = table.withLock { $0.filter { $0.key.identity == identity }.map(\.value) }
+        return files.compactMap { f in f.lock.withLock { f.header == nil && f.size == 0 ? nil : f.size } }.max()
     }
 
     static func release(_ shared: SharedFile) {

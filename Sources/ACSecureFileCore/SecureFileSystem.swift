@@ -8,12 +8,19 @@ public enum SecureFileSystem {
     public static var maximumFileSize: Int64 { SecureFile.maximumFileSize }
 
     /// `lstat(2)` with `st_size` the plaintext size of a secure file, computed from its length and
-    /// header alone (no key needed, O(1)). Other kinds of file (directories, links, …) are reported
+    /// header alone (no key needed, O(1)), or taken from this process's open state when the file is
+    /// open here (cached writes count). Other kinds of file (directories, links, …) are reported
     /// as they are; a regular file that is not a secure file fails with `EIO` + `badKeyOrCorruptData`.
     public static func lstat(_ path: String) throws(SecureFileError) -> Glibc.stat {
         var st = Glibc.stat()
         guard Glibc.lstat(path, &st) == 0 else { throw .posix(errno, path) }
-        guard st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else { return st }
+        guard st.st_mode & S_IFMT == S_IFREG else { return st }
+        // A file open in this process may have writes still in its cache: its size is the truth.
+        if let size = OpenFiles.openSize(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)) {
+            st.st_size = off_t(size)
+            return st
+        }
+        guard st.st_size > 0 else { return st }
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0) {
         case .success(let f): fd = f
