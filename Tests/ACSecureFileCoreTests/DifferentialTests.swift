@@ -85,13 +85,14 @@ final class DifferentialTests: XCTestCase {
 
         for step in 0..<operations {
             if pairs.isEmpty || Int.random(in: 0..<40, using: &rng) == 0 {
-                let modes: [Int32] = [O_RDWR, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND, O_RDWR | O_TRUNC, O_RDWR | O_CREAT | O_EXCL]
+                let modes: [Int32] = [O_RDWR, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND, O_RDWR | O_TRUNC,
+                                      O_RDONLY | O_TRUNC, O_RDWR | O_CREAT | O_EXCL]
                 if pairs.count < 4 { openPair(modes.randomElement(using: &rng)!) }
                 continue
             }
             let i = Int.random(in: 0..<pairs.count, using: &rng)
             let pair = pairs[i]
-            let op = Int.random(in: 0..<14, using: &rng)
+            let op = Int.random(in: 0..<15, using: &rng)
             switch op {
             case 0, 1: // write
                 let data = randomBytes(length(&rng), &rng)
@@ -174,6 +175,11 @@ final class DifferentialTests: XCTestCase {
                 let b = secureResult { try pair.secure.close(); return 0 }
                 check(a, b, "\(step) close[\(i)]")
                 pairs.remove(at: i)
+            case 14: // lstat by path sees what open handles have cached
+                var st = stat()
+                let a: Outcome = lstat(plainPath, &st) == 0 ? .value(Int64(st.st_size)) : .failure(errno)
+                let b = secureResult { Int64(try SecureFileSystem.lstat(securePath).st_size) }
+                check(a, b, "\(step) lstat")
             default: // fsync
                 let a = plainResult(Int(fsync(pair.plain)))
                 let b = secureResult { try pair.secure.sync(); return 0 }
