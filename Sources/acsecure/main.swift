@@ -1,1 +1,29 @@
-print("x")
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+
+// Parse and run by hand rather than with `@main`: argument-parser's own `main()` exits with 64 for
+// usage errors, and acsecure documents its own exit codes (see `ExitStatus`).
+do {
+    var command = try ACSecureCommand.parseAsRoot()
+    try command.run()
+    fflush(nil)
+    exit(ExitStatus.ok.rawValue)
+} catch let error as CLIError {
+    fflush(nil)
+    error.report()
+    exit(error.status.rawValue)
+} catch {
+    fflush(nil)
+    // Help, --version, completion scripts and usage errors from argument-parser.
+    let code = ACSecureCommand.exitCode(for: error)
+    let message = ACSecureCommand.fullMessage(for: error)
+    if code == .success {
+        if !message.isEmpty { print(message) }
+        fflush(nil)
+        exit(ExitStatus.ok.rawValue)
+    }
+    if !message.isEmpty { writeStderr(message + "\n") }
+    exit(ExitStatus.usage.rawValue)
+}

@@ -1,0 +1,35 @@
+import ArgumentParser
+
+struct ACSecureCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "acsecure",
+        abstract: "Encrypt, read and check AppConnect-style secure files (chunked AES-256-GCM).",
+        discussion: """
+            Keys come from a store (a directory holding one random seed, optionally sealed with a
+            passcode). Every file's data key is wrapped under a key derived from the seed and the app ID
+            (or an encryption group ID), so files are readable only with the same store and app ID.
+
+            acsecure keeps no keys between runs: each command opens the store, derives what it needs and
+            wipes it when it exits. With a passcode, every command asks for it (or reads
+            $ACSECURE_PASSCODE / --passcode-stdin).
+
+            ENVIRONMENT:
+              ACSECURE_APP_ID    app ID (default "default"), like --app-id
+              ACSECURE_HOME      store directory, like --store
+              ACSECURE_PASSCODE  passcode of a protected store (visible to this user's processes;
+                                 meant for scripts and CI)
+
+            \(ExitStatus.helpText)
+
+            Shell completion: acsecure --generate-completion-script bash|zsh|fish
+            """,
+        version: "1.0.0",
+        subcommands: [
+            Demo.self,
+            Init.self, Status.self, Unlock.self, Lock.self, Passwd.self, Retire.self,
+            Encrypt.self, Decrypt.self, Cat.self, Write.self,
+            Stat.self, Verify.self, List.self,
+            Share.self, Rekey.self,
+        ]
+    )
+}

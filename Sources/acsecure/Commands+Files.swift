@@ -1,0 +1,296 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// The key that opens `path`, from its header: the app key, or the encryption group among
+/// `groups` whose key fingerprint matches.
+func keySelection(for path: String, info: SecureFileInfo, groups: [String], services: SecureServices) throws(CLIError) -> KeySelection {
+    switch info.keyClass {
+    case KeyEncryptionKey.KeyClass.app.rawValue:
+        return .app
+    case KeyEncryptionKey.KeyClass.group.rawValue:
+        for id in groups {
+            if let kek = try? services.keyEncryptionKey(for: .group(id)), kek.fingerprint == info.keyFingerprint {
+                return .group(id)
+            }
+        }
+        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) does not match"
+        throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with an encryption group key; \(why) (\(ACErrorCode.badKeyOrCorruptData.name))")
+    default:
+        throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with a handed-over key (\(info.keyClassName)) that acsecure cannot derive (\(ACErrorCode.badKeyOrCorruptData.name))")
+    }
+}
+
+/// Runs `body` for every path, reporting each failure and going on; throws the first failure's
+/// status at the end so the exit code says something went wrong.
+func forEachPath(_ paths: [String], _ body: (String) throws(CLIError) -> Void) throws(CLIError) {
+    var first: CLIError?
+    for path in paths {
+        do { try body(path) } catch {
+            if first == nil { first = error } else { error.report() }
+        }
+    }
+    if let first { throw first }
+}
+
+// MARK: encrypt / decrypt
+
+struct Encrypt: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Encrypt a plain file into a new secure file.",
+        discussion: """
+            Streams through a fixed 256 KiB buffer (memory does not grow with the file). OUT is written
+            under a temporary name beside it, synced, then moved into place: it appears complete or
+            not at all. IN may be - for standard input.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The plain file (- for standard input).") var input: String
+    @Argument(help: "The secure file to create.") var output: String
+    @Option(help: ArgumentHelp("Encrypt for this encryption group instead of the app.", valueName: "id")) var group: String?
+    @Flag(help: "Replace OUT if it exists.") var force = false
+
+    func validate() throws {
+        if input == "-" && global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used when IN is standard input") }
+    }
+
+    func run() throws {
+        let services = try global.openServices()
+        try encryptFile(input, to: output, key: group.map { .group($0) } ?? .app, force: force, services: services)
+    }
+}
+
+/// Encrypts a plain file (or - for stdin) into a new secure file that appears whole or not at all.
+func encryptFile(_ input: String, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
+    let fd = input == "-" ? 0 : try PlainIO.open(input, O_RDONLY)
+    defer { if fd != 0 { Glibc.close(fd) } }
+    let pending = try PendingOutput(destination: output, force: force)
+    let file = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
+    let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
+    do {
+        _ = try copyPlain(fd, name: input, into: file, progress: progress)
+    } catch {
+        try? file.close()
+        throw error
+    }
+    progress?.finish()
+    try closeSecure(file, sync: true)
+    try pending.commit(force: force)
+}
+
+struct Decrypt: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Decrypt a secure file into a new plain file (mode 0600).",
+        discussion: """
+            Every chunk and the file's length are authenticated; OUT appears (temporary file, sync,
+            rename) only when the whole file was read successfully, so a damaged file never leaves a
+            partial plaintext behind.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var keys: KeyOptions
+    @Argument(help: "The secure file.") var input: String
+    @Argument(help: "The plain file to create.") var output: String
+    @Flag(help: "Replace OUT if it exists.") var force = false
+
+    func run() throws {
+        let services = try global.openServices()
+        let info = try secureInfo(input)
+        let key = try keys.selection(for: input, info: info, services: services)
+        try decryptFile(input, to: output, key: key, force: force, services: services)
+    }
+}
+
+/// Decrypts a secure file into a new plain file (0600) that appears only once all of it authenticated.
+func decryptFile(_ input: String, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
+    let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
+    defer { try? file.close() }
+    let pending = try PendingOutput(destination: output, force: force)
+    let fd = try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+    var closed = false
+    defer { if !closed { Glibc.close(fd) } }
+    let progress = Progress.make("decrypt \(input)", total: try? file.size)
+    _ = try copySecure(file, to: fd, outputName: output, progress: progress)
+    progress?.finish()
+    guard fsync(fd) == 0 else { throw CLIError.posix(errno, "\(output): fsync") }
+    closed = true
+    guard Glibc.close(fd) == 0 else { throw CLIError.posix(errno, "\(output): close") }
+    try pending.commit(force: force)
+}
+
+// MARK: cat / write
+
+struct Cat: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write the plaintext of secure files to standard output.",
+        discussion: """
+            Streams: each chunk is authenticated before it is written, but a file damaged in the middle
+            has its good beginning written before the error. Use `decrypt` for all-or-nothing output.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var keys: KeyOptions
+    @Argument(help: "Secure files.") var files: [String]
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one file") }
+    }
+
+    func run() throws {
+        let services = try global.openServices()
+        try forEachPath(files) { (path) throws(CLIError) in
+            let info = try secureInfo(path)
+            let key = try keys.selection(for: path, info: info, services: services)
+            let file = try openSecure(path, flags: O_RDONLY, key: key, services: services)
+            defer { try? file.close() }
+            let progress = Progress.make("cat \(path)", total: isatty(1) == 1 ? nil : info.plaintextSize)
+            _ = try copySecure(file, to: 1, outputName: "standard output", progress: progress)
+            progress?.finish()
+        }
+    }
+}
+
+struct Write: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write standard input into a secure file.",
+        discussion: """
+            Without --append, FILE is replaced as a whole: the new content goes to a temporary secure
+            file beside it, which is synced and renamed over FILE. With --append, the data is added to
+            the end of the existing secure file in place.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The secure file.") var file: String
+    @Option(help: ArgumentHelp("The encryption group whose key protects (or protects) the file.", valueName: "id")) var group: String?
+    @Flag(help: "Append to an existing secure file instead of replacing it.") var append = false
+
+    func validate() throws {
+        if global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used with write (standard input is the data)") }
+    }
+
+    func run() throws {
+        let services = try global.openServices()
+        if append && PlainIO.exists(file) {
+            let info = try secureInfo(file)
+            let key = try keySelection(for: file, info: info, groups: group.map { [$0] } ?? [], services: services)
+            let f = try openSecure(file, flags: O_WRONLY | O_APPEND, key: key, services: services)
+            do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
+                try? f.close()
+                throw error
+            }
+            try closeSecure(f, sync: true)
+            return
+        }
+        let key: KeySelection = group.map { .group($0) } ?? .app
+        let pending = try PendingOutput(destination: file, force: true)
+        let f = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
+        do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
+            try? f.close()
+            throw error
+        }
+        try closeSecure(f, sync: true)
+        try pending.commit(force: true)
+    }
+}
+
+// MARK: share / rekey
+
+struct Share: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Re-wrap a file's data key for an encryption group (or back to the app).",
+        discussion: """
+            Header only: the 128-byte header is rewritten and synced; no chunk is re-encrypted. Every
+            app of the store that names the group can then open the file. --to-app undoes it. The data
+            key itself does not change: use `rekey` afterwards to stop someone who already had it.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The secure file.") var file: String
+    @Option(help: ArgumentHelp("The encryption group to share the file with.", valueName: "id")) var group: String?
+    @Flag(help: "Re-wrap under the app's own key again.") var toApp = false
+    @Option(help: ArgumentHelp("The group whose key protects the file now (if not the app's).", valueName: "id")) var fromGroup: String?
+
+    func validate() throws {
+        guard (group != nil) != toApp else { throw ValidationError("give exactly one of --group ID or --to-app") }
+        if let group, group.isEmpty { throw ValidationError("--group must not be empty") }
+    }
+
+    func run() throws {
+        let services = try global.openServices()
+        let info = try secureInfo(file)
+        let from = try keySelection(for: file, info: info, groups: fromGroup.map { [$0] } ?? group.map { [$0] } ?? [], services: services)
+        let to: KeySelection = group.map { .group($0) } ?? .app
+        if from == to {
+            print("\(file): already encrypted with the key of \(to); nothing changed")
+            return
+        }
+        do { try SecureFileSystem.rewrap(file, from: from, to: to, services: services) } catch { throw CLIError(error) }
+        print("\(file): data key re-wrapped from \(from) to \(to) (header only; no chunk re-encrypted)")
+    }
+}
+
+struct Rekey: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Re-encrypt files under a fresh data key and file ID.",
+        discussion: """
+            Each file is stream-copied into a new secure file beside it (same key-encryption key,
+            new random data key), synced, and renamed over the original: a crash leaves either the
+            old or the new file. The rename gives the file a new inode, so hard links to it keep the
+            old version; writes made by other processes during the copy are lost.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var keys: KeyOptions
+    @Argument(help: "Secure files.") var files: [String]
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one file") }
+    }
+
+    func run() throws {
+        let services = try global.openServices()
+        try forEachPath(files) { (path) throws(CLIError) in
+            let info = try secureInfo(path)
+            let key = try keys.selection(for: path, info: info, services: services)
+            try rekey(path, key: key, plaintextSize: info.plaintextSize, services: services)
+            let after = try secureInfo(path)
+            print("\(path): new data key and file ID \(hex(after.fileID)) (\(after.plaintextSize) bytes re-encrypted)")
+        }
+    }
+}
+
+/// Copies `path` into a new secure file with a fresh data key and renames it over the original.
+func rekey(_ path: String, key: KeySelection, plaintextSize: Int64, services: SecureServices) throws(CLIError) {
+    var st = stat()
+    guard lstat(path, &st) == 0 else { throw CLIError.posix(errno, path) }
+    let source = try openSecure(path, flags: O_RDONLY, key: key, services: services)
+    defer { try? source.close() }
+    let pending = try PendingOutput(destination: path, force: true)
+    let target = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o600, key: key, services: services)
+    _ = fchmod(target.fileDescriptor, st.st_mode & 0o7777)
+    let buffer = SecureBytes(count: streamBufferSize)
+    let progress = Progress.make("rekey \(path)", total: plaintextSize)
+    var total: Int64 = 0
+    do {
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try source.read(into: b) }
+            if n == 0 { break }
+            try buffer.withUnsafeBytes { (b) throws(SecureFileError) in
+                var done = 0
+                while done < n { done += try target.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+            }
+            total += Int64(n)
+            progress?.update(total)
+        }
+    } catch {
+        try? target.close()
+        throw CLIError(error)
+    }
+    progress?.finish()
+    try closeSecure(target, sync: true)
+    try pending.commit(force: true)
+}

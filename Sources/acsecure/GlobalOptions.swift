@@ -1,0 +1,117 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// Options every subcommand takes: which app, which store, where the passcode comes from.
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .customLong("app-id"), help: ArgumentHelp(
+        "The app ID whose key protects the files (default: $ACSECURE_APP_ID, else \"default\").", valueName: "id"))
+    var appIDOption: String?
+
+    @Option(name: .customLong("store"), help: ArgumentHelp(
+        "The store directory (default: $ACSECURE_HOME, else $XDG_DATA_HOME/acsecure, else ~/.local/share/acsecure).",
+        valueName: "dir"))
+    var storeOption: String?
+
+    @Flag(name: .customLong("passcode-stdin"), help:
+        "Read the passcode from the first line of standard input (passwd: old, then new). Otherwise $ACSECURE_PASSCODE, else a prompt on the terminal.")
+    var passcodeFromStdin = false
+
+    var appID: String {
+        if let appIDOption { return appIDOption }
+        if let v = getenv("ACSECURE_APP_ID"), v[0] != 0 { return String(cString: v) }
+        return "default"
+    }
+
+    var storeDirectory: String { storeOption ?? SecureServices.defaultStoreDirectory() }
+
+    /// Where the seed lives (SeedStore's layout: `<store>/seed`).
+    var seedPath: String { storeDirectory + "/seed" }
+
+    var storeExists: Bool {
+        var st = stat()
+        return lstat(seedPath, &st) == 0
+    }
+
+    func validate() throws {
+        if let appIDOption, appIDOption.isEmpty { throw ValidationError("--app-id must not be empty") }
+        if let storeOption, storeOption.isEmpty { throw ValidationError("--store must not be empty") }
+    }
+
+    /// The passcode of an existing store: $ACSECURE_PASSCODE, the first line of stdin with
+    /// --passcode-stdin, else a prompt without echo.
+    func currentPasscode() throws(CLIError) -> SecureBytes {
+        if passcodeFromStdin { return try Passcode.readLine(fd: 0, what: "passcode") }
+        if let p = Passcode.fromEnvironment("ACSECURE_PASSCODE") { return p }
+        return try Passcode.prompt("Passcode for the store \(storeDirectory): ", what: "passcode")
+    }
+
+    /// The store's services, without asking for anything: unavailable when a passcode is needed.
+    func openServicesLocked() throws(CLIError) -> SecureServices {
+        guard storeExists else {
+            throw CLIError(.noKeys, "no store at \(storeDirectory) (run `acsecure init`, or pass --store / set ACSECURE_HOME) (\(ACErrorCode.noKeys.name))")
+        }
+        do {
+            return try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: nil)
+        } catch {
+            throw CLIError(error, store: storeDirectory)
+        }
+    }
+
+    /// The store's services, unlocked (asking for the passcode when the store has one).
+    func openServices() throws(CLIError) -> SecureServices {
+        let services = try openServicesLocked()
+        if services.availability == .available { return services }
+        let passcode = try currentPasscode()
+        do {
+            try services.unlock(passcode: passcode)
+        } catch {
+            throw CLIError(error, store: storeDirectory)
+        }
+        return services
+    }
+
+    /// Services unlocked only when that needs no question (no passcode, or $ACSECURE_PASSCODE set).
+    func openServicesIfQuietlyPossible() -> SecureServices? {
+        guard let services = try? openServicesLocked() else { return nil }
+        if services.availability == .available { return services }
+        guard !passcodeFromStdin, let p = Passcode.fromEnvironment("ACSECURE_PASSCODE") else { return nil }
+        try? services.unlock(passcode: p)
+        return services.availability == .available ? services : nil
+    }
+}
+
+/// Which key opens a file: its header says app or group; for a group the caller names candidates.
+struct KeyOptions: ParsableArguments {
+    @Option(name: .customLong("group"), help: ArgumentHelp(
+        "An encryption group ID whose key may open the file (repeatable).", valueName: "id"))
+    var groups: [String] = []
+
+    /// The key selection that opens `path`, from its header's key class and fingerprint.
+    func selection(for path: String, info: SecureFileInfo, services: SecureServices) throws(CLIError) -> KeySelection {
+        try keySelection(for: path, info: info, groups: groups, services: services)
+    }
+}
+
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef".utf8)
+    var out = [UInt8]()
+    out.reserveCapacity(bytes.count * 2)
+    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// `1.5 MiB` style sizes, plus the exact byte count where it matters.
+func humanSize(_ n: Int64) -> String {
+    if n < 1024 { return "\(n) B" }
+    let units = ["KiB", "MiB", "GiB", "TiB"]
+    var v = Double(n) / 1024
+    var i = 0
+    while v >= 1024 && i < units.count - 1 { v /= 1024; i += 1 }
+    let tenths = Int((v * 10).rounded())
+    return "\(tenths / 10).\(tenths % 10) \(units[i])"
+}

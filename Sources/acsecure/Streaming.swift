@@ -1,0 +1,214 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// Plaintext passes through one guarded buffer of this size: memory stays bounded whatever the
+/// file size, and the buffer is zeroed when freed.
+let streamBufferSize = 256 * 1024
+
+// MARK: plain descriptors
+
+enum PlainIO {
+    static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0o600) throws(CLIError) -> Int32 {
+        while true {
+            let fd = Glibc.open(path, flags | O_CLOEXEC, mode)
+            if fd >= 0 { return fd }
+            if errno == EINTR { continue }
+            throw CLIError.posix(errno, path)
+        }
+    }
+
+    /// Reads up to `count` bytes, fewer only at end of input.
+    static func readFull(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, _ what: String) throws(CLIError) -> Int {
+        var done = 0
+        while done < count {
+            let n = Glibc.read(fd, buffer + done, count - done)
+            if n < 0 { if errno == EINTR { continue }; throw CLIError.posix(errno, what) }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    static func writeFull(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, _ what: String) throws(CLIError) {
+        var done = 0
+        while done < count {
+            let n = Glibc.write(fd, buffer + done, count - done)
+            if n < 0 { if errno == EINTR { continue }; throw CLIError.posix(errno, what) }
+            done += n
+        }
+    }
+
+    static func size(_ fd: Int32) -> Int64? {
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        return Int64(st.st_size)
+    }
+
+    static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let d = String(path[..<slash])
+        return d.isEmpty ? "/" : d
+    }
+
+    static func fsyncDirectory(of path: String) {
+        let fd = Glibc.open(directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 { _ = fsync(fd); _ = Glibc.close(fd) }
+    }
+}
+
+// MARK: output files that appear whole or not at all
+
+/// A temporary file beside `destination`, moved into place by `commit`: readers never see half an
+/// output, and a failure leaves the destination as it was. Removed again unless committed.
+final class PendingOutput {
+    let destination: String
+    let temporaryPath: String
+    private var committed = false
+
+    init(destination: String, force: Bool) throws(CLIError) {
+        if !force && PlainIO.exists(destination) {
+            throw CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+        }
+        var st = stat()
+        if lstat(destination, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR {
+            throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR)))")
+        }
+        let name = destination.split(separator: "/").last.map(String.init) ?? destination
+        let dir = PlainIO.directory(of: destination)
+        self.destination = destination
+        self.temporaryPath = (dir == "." && !destination.hasPrefix("./") ? "" : dir + "/") + ".\(name).acsecure-tmp-\(hex(SecureRandom.bytes(6)))"
+        PendingOutputs.register(temporaryPath)
+    }
+
+    /// Moves the finished file into place. Without `force`, `link` + `unlink` so an output that
+    /// appeared meanwhile is not replaced; with it, `rename`.
+    func commit(force: Bool) throws(CLIError) {
+        if force {
+            guard rename(temporaryPath, destination) == 0 else { throw CLIError.posix(errno, "\(destination): rename") }
+        } else {
+            guard link(temporaryPath, destination) == 0 else {
+                let e = errno
+                throw e == EEXIST ? CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+                                  : CLIError.posix(e, "\(destination): link")
+            }
+            _ = unlink(temporaryPath)
+        }
+        committed = true
+        PendingOutputs.unregister(temporaryPath)
+        PlainIO.fsyncDirectory(of: destination)
+    }
+
+    deinit {
+        if !committed {
+            _ = unlink(temporaryPath)
+            PendingOutputs.unregister(temporaryPath)
+        }
+    }
+}
+
+/// Temporary files to remove if acsecure is interrupted (SIGINT/SIGTERM) in the middle of a write.
+enum PendingOutputs {
+    private static let maxPaths = 4
+    nonisolated(unsafe) private static var paths = [[CChar]?](repeating: nil, count: maxPaths)
+    nonisolated(unsafe) private static var installed = false
+
+    static func register(_ path: String) {
+        if !installed {
+            installed = true
+            for sig in [SIGINT, SIGTERM, SIGHUP] {
+                signal(sig) { sig in
+                    PendingOutputs.removeAll()
+                    signal(sig, SIG_DFL)
+                    raise(sig)
+                }
+            }
+        }
+        if let i = paths.firstIndex(where: { $0 == nil }) { paths[i] = Array(path.utf8CString) }
+    }
+
+    static func unregister(_ path: String) {
+        let c = Array(path.utf8CString)
+        if let i = paths.firstIndex(where: { $0 == c }) { paths[i] = nil }
+    }
+
+    /// Async-signal context: only unlink(2) on buffers allocated beforehand.
+    static func removeAll() {
+        for i in 0..<maxPaths {
+            if let p = paths[i] { p.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
+        }
+    }
+}
+
+// MARK: copying
+
+/// Copies a plain descriptor into a secure file, through guarded memory.
+func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progress?) throws(CLIError) -> Int64 {
+    let buffer = SecureBytes(count: streamBufferSize)
+    var total: Int64 = 0
+    while true {
+        let n = try buffer.withUnsafeMutableBytes { (b) throws(CLIError) -> Int in
+            try PlainIO.readFull(fd, b.baseAddress!, b.count, name)
+        }
+        if n == 0 { break }
+        do {
+            try buffer.withUnsafeBytes { (b) throws(SecureFileError) in
+                var done = 0
+                while done < n { done += try file.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+            }
+        } catch {
+            throw CLIError(error)
+        }
+        total += Int64(n)
+        progress?.update(total)
+    }
+    return total
+}
+
+/// Copies a secure file (from its current offset) to a plain descriptor, through guarded memory.
+/// Every chunk is authenticated before any of its bytes is written, and the length at the end.
+func copySecure(_ file: SecureFile, to fd: Int32, outputName: String, progress: Progress?) throws(CLIError) -> Int64 {
+    let buffer = SecureBytes(count: streamBufferSize)
+    var total: Int64 = 0
+    while true {
+        let n: Int
+        do {
+            n = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try file.read(into: b) }
+        } catch {
+            throw CLIError(error)
+        }
+        if n == 0 { break }
+        try buffer.withUnsafeBytes { (b) throws(CLIError) in try PlainIO.writeFull(fd, b.baseAddress!, n, outputName) }
+        total += Int64(n)
+        progress?.update(total)
+    }
+    return total
+}
+
+/// Opens a secure file, turning errors into CLI errors.
+func openSecure(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection, services: SecureServices) throws(CLIError) -> SecureFile {
+    do { return try SecureFile.open(path, flags: flags, mode: mode, key: key, services: services) } catch {
+        throw CLIError(error)
+    }
+}
+
+func closeSecure(_ file: SecureFile, sync: Bool) throws(CLIError) {
+    do {
+        if sync { try file.sync() }
+        try file.close()
+    } catch {
+        throw CLIError(error)
+    }
+}
+
+func secureInfo(_ path: String) throws(CLIError) -> SecureFileInfo {
+    do { return try SecureFileSystem.info(path) } catch { throw CLIError(error) }
+}
