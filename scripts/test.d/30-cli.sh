@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# End-to-end tests of the built `acsecure` binary: exit codes, round trips, tampering, passcodes,
+# sharing, re-keying, retiring, and that no plaintext or passcode shows up where it must not.
+#
+#   scripts/test.d/30-cli.sh        (run by scripts/test.sh; prints "cli: N passed, M failed")
+# environment: SWIFT_SCRATCH_PATH (default .build), ACSECURE_BIN (test this binary instead),
+#   KEEP=1 keeps the temp dir.
+set -uo pipefail
+
+# Without a controlling terminal, so a command that would prompt fails instead of waiting for input.
+if [ -z "${ACSECURE_CLI_TEST_DETACHED:-}" ] && command -v setsid >/dev/null 2>&1; then
+  ACSECURE_CLI_TEST_DETACHED=1 exec setsid -w "$BASH" "$0" "$@"
+fi
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ -n "${ACSECURE_BIN:-}" ]; then
+  bin="$ACSECURE_BIN"
+else
+  scratch="${SWIFT_SCRATCH_PATH:-$root/.build}"
+  swift build --package-path "$root" --scratch-path "$scratch" --product acsecure >&2 || { echo "cli: build failed" >&2; exit 1; }
+  bin="$(swift build --package-path "$root" --scratch-path "$scratch" --show-bin-path)/acsecure"
+fi
+[ -x "$bin" ] || { echo "cli: $bin not found" >&2; exit 1; }
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-cli-test.XXXXXX")"
+if [ "${KEEP:-0}" = 1 ]; then echo "cli: keeping $work" >&2; else trap 'rm -rf "$work"' EXIT; fi
+cd "$work" || exit 1
+
+unset ACSECURE_APP_ID ACSECURE_PASSCODE ACSECURE_NEW_PASSCODE XDG_DATA_HOME
+export ACSECURE_HOME="$work/store" HOME="$work/home" SWIFT_BACKTRACE=enable=no
+PASS1="pw-Secret-One-7f3a"
+PASS2="pw-Secret-Two-91bc"
+MARKER="PLAINTEXT-MARKER-c4d1e8"
+
+passed=0
+failed=0
+ok()   { passed=$((passed + 1)); echo "  ok    $1"; }
+fail() { failed=$((failed + 1)); echo "  FAIL  $1" >&2; [ -s out ] && sed 's/^/        out: /' out | head -5 >&2; [ -s err ] && sed 's/^/        err: /' err | head -5 >&2; }
+
+# run EXPECTED_STATUS NAME ARGS... : runs acsecure (stdin from $STDIN or /dev/null), output in out/err.
+run() {
+  local want="$1" name="$2"; shift 2
+  "$bin" "$@" <"${STDIN:-/dev/null}" >out 2>err
+  local got=$?
+  if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else fail "$name: exit $got, expected $want"; fi
+}
+# expect NAME COMMAND... : a shell condition.
+expect() { local name="$1"; shift; if "$@"; then ok "$name"; else fail "$name"; fi; }
+# No plaintext marker and no passcode in the last command's stdout or stderr.
+clean_output() {
+  if grep -q -e "$MARKER" -e "$PASS1" -e "$PASS2" out err; then fail "$1: plaintext or passcode in the output"; else ok "$1: no plaintext or passcode in the output"; fi
+}
+no_temp_files() { ! ls -A "$1" | grep -q 'acsecure-tmp'; }
+
+# A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
+for i in $(seq 1 3000); do echo "line $i $MARKER secret payroll data"; done >plain.txt
+size=$(stat -c %s plain.txt)
+
+echo "cli: testing $bin in $work"
+
+# --- usage, help, completions
+run 0 "--help" --help
+expect "--help documents the exit codes" grep -q "EXIT CODES" out
+run 1 "unknown subcommand" frobnicate
+run 1 "missing argument" verify
+run 0 "bash completion script" --generate-completion-script bash
+expect "completion script defines the function" grep -q "_acsecure" out
+run 0 "encrypt --help" encrypt --help
+
+# --- no store yet
+run 3 "status without a store" status
+run 3 "cat without a store" cat nothing.acsf
+expect "cat without a store creates none" test ! -e "$ACSECURE_HOME"
+
+# --- init with a passcode
+ACSECURE_PASSCODE="$PASS1" run 0 "init with a passcode" init
+clean_output "init"
+expect "store seed is 0600" test "$(stat -c %a "$ACSECURE_HOME/seed")" = 600
+expect "seed does not contain the passcode" bash -c "! grep -q '$PASS1' '$ACSECURE_HOME/seed'"
+ACSECURE_PASSCODE="$PASS1" run 1 "init refuses an existing store" init
+run 0 "status on a locked store" status
+expect "status says locked" grep -q "locked" out
+run 3 "encrypt without the passcode (no terminal)" encrypt plain.txt a.acsf
+expect "error names where the passcode comes from" grep -q "ACSECURE_PASSCODE" err
+export ACSECURE_PASSCODE="$PASS1"
+
+# --- encrypt / cat / decrypt
+run 0 "encrypt" encrypt plain.txt a.acsf
+clean_output "encrypt"
+expect "ciphertext does not contain the plaintext" bash -c "! grep -q '$MARKER' a.acsf"
+expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $((128 + size + 28 * ((size + 4095) / 4096) + 28))
+run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
+expect "refusal names the file" grep -q "a.acsf" err
+run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
+expect "no temporary files left" no_temp_files .
+run 0 "cat" cat a.acsf
+expect "cat gives the plaintext back" cmp -s out plain.txt
+run 0 "decrypt" decrypt a.acsf round.txt
+expect "decrypt gives the plaintext back" cmp -s round.txt plain.txt
+expect "decrypted file is 0600" test "$(stat -c %a round.txt)" = 600
+run 1 "decrypt refuses to overwrite" decrypt a.acsf round.txt
+STDIN=plain.txt run 0 "encrypt from stdin" encrypt - b.acsf
+run 0 "cat of the stdin-encrypted file" cat b.acsf
+expect "stdin round trip" cmp -s out plain.txt
+printf '' >empty.txt
+run 0 "encrypt an empty file" encrypt empty.txt empty.acsf
+run 0 "verify an empty file" verify empty.acsf
+
+# --- wrong passcode, other app, missing files, plain files
+ACSECURE_PASSCODE="wrong" run 3 "cat with a wrong passcode" cat a.acsf
+expect "wrong passcode names ACE_NO_KEYS_ERROR" grep -q "ACE_NO_KEYS_ERROR" err
+clean_output "wrong passcode"
+STDIN=<(echo "$PASS1") run 0 "cat with --passcode-stdin" cat --passcode-stdin a.acsf
+expect "--passcode-stdin round trip" cmp -s out plain.txt
+run 4 "cat as another app ID (option after the subcommand)" cat --app-id other.app a.acsf
+expect "error names the file and ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR" grep -q "a.acsf.*ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR" err
+clean_output "another app ID"
+ACSECURE_APP_ID=other.app run 4 "ACSECURE_APP_ID selects the app" cat a.acsf
+run 2 "cat a missing file" cat missing.acsf
+expect "I/O error names the file and errno" grep -q "missing.acsf.*ENOENT" err
+run 4 "cat a plain file" cat plain.txt
+clean_output "cat a plain file"
+run 4 "stat a plain file" stat plain.txt
+run 5 "verify a plain file" verify plain.txt
+clean_output "verify a plain file"
+
+# --- stat / ls / verify
+run 0 "stat" stat a.acsf
+expect "stat shows the plaintext size" grep -q "plaintext size: *$size bytes" out
+expect "stat shows the chunk size" grep -q "chunk size: *4096" out
+expect "stat shows the key class" grep -q "key class: *app" out
+expect "stat knows this app's key" grep -q "this app's key" out
+clean_output "stat"
+run 0 "ls" ls .
+expect "ls marks a.acsf secure" grep -qE "^secure +$size +app +a.acsf$" out
+expect "ls marks plain.txt plain" grep -qE "^plain +$size +- +plain.txt$" out
+run 0 "verify" verify a.acsf b.acsf
+expect "verify says OK for both" test "$(grep -c '^OK' out)" = 2
+clean_output "verify"
+
+# --- tampering: one bit in chunk 3, a truncation at a chunk boundary, a swap of two chunks
+cp a.acsf t.acsf
+off=$((128 + 3 * 4124 + 12 + 100))
+printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j$off -N1 t.acsf) ^ 1 )))" | dd of=t.acsf bs=1 seek=$off conv=notrunc status=none
+run 5 "verify a tampered file" verify a.acsf t.acsf
+expect "verify names chunk 3" grep -q "t.acsf: chunk 3 " out
+expect "verify still says OK for the good file" grep -q "^OK .*a.acsf" out
+clean_output "verify a tampered file"
+run 4 "cat a tampered file" cat t.acsf
+expect "cat error names the file, chunk and ACE_*" grep -q "t.acsf: chunk 3.*ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR" err
+run 4 "decrypt a tampered file" decrypt t.acsf t.out
+expect "decrypt of a tampered file leaves no output" test ! -e t.out
+expect "decrypt of a tampered file leaves no temp file" no_temp_files .
+cp a.acsf cut.acsf
+truncate -s $(( $(stat -c %s a.acsf) - 4124 )) cut.acsf
+run 5 "verify a file cut at a chunk boundary" verify cut.acsf
+expect "verify reports the length check" grep -q "length check failed" out
+cp a.acsf swap.acsf
+dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4124)) seek=128 count=4124 conv=notrunc status=none
+run 5 "verify a file with a chunk moved" verify swap.acsf
+expect "verify names chunk 0" grep -q "swap.acsf: chunk 0 " out
+
+# --- write from stdin
+STDIN=plain.txt run 0 "write from stdin" write w.acsf
+run 0 "cat after write" cat w.acsf
+expect "write round trip" cmp -s out plain.txt
+STDIN=<(echo "appended $MARKER") run 0 "write --append" write --append w.acsf
+run 0 "cat after append" cat w.acsf
+expect "append adds to the end" bash -c "{ cat plain.txt; echo 'appended $MARKER'; } | cmp -s - out"
+run 1 "write refuses --passcode-stdin" write --passcode-stdin w.acsf
+
+# --- share (header only) and rekey
+cp a.acsf s.acsf
+run 0 "share with a group" share s.acsf --group com.example.group
+expect "share rewrote the header only" cmp -s <(tail -c +129 a.acsf) <(tail -c +129 s.acsf)
+run 4 "cat a group file without --group" cat s.acsf
+expect "the error asks for --group" grep -q "group" err
+run 0 "cat a group file with --group" cat --group com.example.group s.acsf
+expect "group file round trip" cmp -s out plain.txt
+run 0 "stat a group file" stat s.acsf
+expect "stat says group" grep -q "key class: *group" out
+run 0 "verify a group file" verify --group com.example.group s.acsf
+run 0 "share back to the app" share s.acsf --to-app --from-group com.example.group
+run 0 "cat after sharing back" cat s.acsf
+expect "round trip after sharing back" cmp -s out plain.txt
+run 1 "share needs --group or --to-app" share s.acsf
+id_before="$("$bin" stat s.acsf | sed -n 's/.*file ID: *//p')"
+run 0 "rekey" rekey s.acsf
+id_after="$("$bin" stat s.acsf | sed -n 's/.*file ID: *//p')"
+expect "rekey gives a new file ID" test -n "$id_after" -a "$id_before" != "$id_after"
+expect "rekey re-encrypted every chunk" bash -c "! cmp -s <(tail -c +129 a.acsf) <(tail -c +129 s.acsf)"
+run 0 "cat after rekey" cat s.acsf
+expect "rekey keeps the content" cmp -s out plain.txt
+run 0 "verify after rekey" verify s.acsf
+expect "rekey leaves no temp file" no_temp_files .
+
+# --- progress bar: never when stderr is not a terminal
+truncate -s 70M big.bin
+run 0 "encrypt a 70 MiB file (piped)" encrypt big.bin big.acsf
+expect "no progress output when piped" test ! -s err
+run 0 "verify the 70 MiB file" verify big.acsf
+rm -f big.bin big.acsf
+
+# --- unlock / lock / passwd
+run 0 "unlock checks the passcode" unlock
+ACSECURE_PASSCODE=wrong run 3 "unlock with a wrong passcode" unlock
+run 0 "lock explains" lock
+sum_before="$(sha256sum a.acsf)"
+STDIN=<(printf '%s\n%s\n' "$PASS1" "$PASS2") run 0 "passwd (old and new from stdin)" passwd --passcode-stdin
+clean_output "passwd"
+expect "passwd re-encrypted no file" test "$(sha256sum a.acsf)" = "$sum_before"
+run 3 "the old passcode no longer works" cat a.acsf
+export ACSECURE_PASSCODE="$PASS2"
+run 0 "the new passcode works" cat a.acsf
+expect "files readable after passwd" cmp -s out plain.txt
+STDIN=<(printf 'wrong\nwhatever\n') run 3 "passwd with a wrong old passcode" passwd --passcode-stdin
+run 0 "passwd --remove" passwd --remove
+ACSECURE_PASSCODE= run 0 "no passcode needed after --remove" cat a.acsf
+
+# --- demo on its own embedded store
+mkdir -p "$work/tmp"
+TMPDIR="$work/tmp" ACSECURE_HOME="$work/unused" run 0 "demo" demo
+expect "demo reports all checks passed" grep -q "all 7 checks passed" out
+clean_output "demo"
+expect "demo did not touch ACSECURE_HOME" test ! -e "$work/unused"
+expect "demo removed its temp dir" test -z "$(ls -A "$work/tmp")"
+ACSECURE_HOME="$work/unused" run 0 "demo --dir --keep" demo --dir "$work/demo" --keep
+expect "demo --keep kept the encrypted sample" test -s "$work/demo/sample.txt.acsf"
+
+# --- retire
+run 1 "retire refuses without confirmation" retire
+expect "store still there after refusal" test -e "$ACSECURE_HOME/seed"
+run 0 "retire --yes" retire --yes
+expect "seed removed" test ! -e "$ACSECURE_HOME/seed"
+run 3 "cat after retire" cat a.acsf
+run 3 "status after retire" status
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" = 0 ]
