@@ -1,0 +1,60 @@
+import Foundation
+import ACSecureFileCore
+
+// NSKeyedArchiver / NSKeyedUnarchiver categories, reference tables 26–27.
+//
+// Secure-coding stance: the reference's methods mirror the legacy `archiveRootObject:toFile:` and
+// `unarchiveObjectWithFile:`, which do not require NSSecureCoding, and these do the same. What they
+// read is authenticated (AES-GCM under this app's key), so only this app — not an attacker who can
+// write to the disk — can have produced the archive; a tampered file fails with
+// ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR before any object is decoded. Code that reads archives another
+// party could have written (a group file) should still use the NSSecureCoding path:
+// `archiveRootObject(_:toSecureFile:atomically:requiringSecureCoding: true)` and
+// `unarchivedObject(ofClasses:fromSecureFile:)`, which decode only the listed classes.
+
+extension NSKeyedArchiver {
+    /// `archiveRootObject:toSecureFile:error:` — archives `rootObject` into a secure file (atomically,
+    /// as `archiveRootObject:toFile:`).
+    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String) throws {
+        try archiveRootObject(rootObject, toSecureFile: path, atomically: true)
+    }
+
+    /// `archiveRootObject:toSecureFile:atomically:error:`.
+    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String, atomically: Bool) throws {
+        try archiveRootObject(rootObject, toSecureFile: path, atomically: atomically, requiringSecureCoding: false)
+    }
+
+    /// Beyond the reference: with `requiringSecureCoding: true` every archived object must adopt NSSecureCoding.
+    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String, atomically: Bool,
+                                         requiringSecureCoding: Bool) throws {
+        let data = try NSKeyedArchiver.archivedData(withRootObject: rootObject, requiringSecureCoding: requiringSecureCoding)
+        try data.write(toSecureFile: path, options: atomically ? .atomic : [])
+    }
+}
+
+extension NSKeyedUnarchiver {
+    /// `unarchiveObjectWithSecureFile:error:` — the archived root object (nil for an archive of nil).
+    /// Does not require NSSecureCoding (see the stance above).
+    public static func unarchiveObject(withSecureFile path: String) throws -> Any? {
+        let data = try Data(contentsOfSecureFile: path)
+        let unarchiver = try NSKeyedUnarchiver(forReadingFrom: data)
+        unarchiver.requiresSecureCoding = false
+        unarchiver.decodingFailurePolicy = .setErrorAndReturn
+        defer { unarchiver.finishDecoding() }
+        let object = unarchiver.decodeObject(forKey: NSKeyedArchiveRootObjectKey)
+        if let error = unarchiver.error { throw error }
+        return object
+    }
+
+    /// The NSSecureCoding path: decodes only objects of `classes`.
+    public static func unarchivedObject(ofClasses classes: [AnyClass], fromSecureFile path: String) throws -> Any? {
+        let data = try Data(contentsOfSecureFile: path)
+        return try NSKeyedUnarchiver.unarchivedObject(ofClasses: classes, from: data)
+    }
+
+    /// The NSSecureCoding path for one class.
+    public static func unarchivedObject<T: NSObject & NSSecureCoding>(ofClass cls: T.Type, fromSecureFile path: String) throws -> T? {
+        let data = try Data(contentsOfSecureFile: path)
+        return try NSKeyedUnarchiver.unarchivedObject(ofClass: cls, from: data)
+    }
+}

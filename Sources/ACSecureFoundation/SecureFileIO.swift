@@ -1,0 +1,217 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// The whole-file operations every Foundation extension shares: read all, write (atomically or
+/// not), copy with a fresh key, and the URL and group-ID checks. They throw `SecureFileError`
+/// (engine) or `NSError`; the public methods bridge with `bridgingErrors`.
+///
+/// Every operation uses the process-wide secure services (`SecureServices.current`, started from
+/// the environment if needed), as the AppConnect categories use the app's secure services.
+enum SecureFileIO {
+    /// Reads and writes move at most this much plaintext per engine call.
+    static let ioChunk = 256 * 1024
+
+    // MARK: arguments
+
+    /// The path of a file URL; any other URL fails with `ACE_REGULAR_FILE_ONLY_ERROR`.
+    static func path(of url: URL) throws -> String {
+        guard url.isFileURL else {
+            throw aceError(.regularFileOnly, "\(url.absoluteString): not a file URL (secure files are regular files only)")
+        }
+        return url.path
+    }
+
+    /// The key for an optional encryption group ID; an empty ID fails with `ACE_INVALID_ARG`.
+    static func key(group: String?, path: String) throws -> KeySelection {
+        guard let group else { return .app }
+        guard !group.isEmpty else { throw aceError(.invalidArgument, "\(path): the encryption group ID is empty", path: path) }
+        return .group(group)
+    }
+
+    /// Fails with `ACE_NO_KEYS_ERROR` unless secure services are available.
+    static func requireServices(_ path: String) throws {
+        let services: SecureServices
+        do { services = try SecureServices.currentOrStartFromEnvironment() } catch {
+            throw aceError(.noKeys, "\(path): secure services cannot start (\(error.message))", path: path)
+        }
+        guard services.availability == .available else {
+            throw aceError(.noKeys, "\(path): secure services are unavailable", path: path)
+        }
+    }
+
+    // MARK: reading
+
+    /// The whole plaintext of a secure file.
+    static func readAll(_ path: String, key: KeySelection) throws -> Data {
+        let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key)
+        defer { try? file.close() }
+        let size = try file.size
+        guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(path): \(size) bytes do not fit in memory") }
+        var data = Data(count: count)
+        let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in
+            var done = 0
+            while done < count {
+                let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<min(count, done + ioChunk)])
+                let n = try file.pread(into: slice, at: Int64(done))
+                if n == 0 { break }  // shrunk meanwhile
+                done += n
+            }
+            return done
+        }
+        if got < count { data.count = got }
+        return data
+    }
+
+    // MARK: writing
+
+    /// Writes all of `bytes` from `offset` on, finishing short writes.
+    static func writeAll(_ file: SecureFile, _ bytes: UnsafeRawBufferPointer, at offset: Int64 = 0) throws {
+        var done = 0
+        while done < bytes.count {
+            let slice = UnsafeRawBufferPointer(rebasing: bytes[done..<min(bytes.count, done + ioChunk)])
+            let n = try file.pwrite(slice, at: offset + Int64(done))
+            guard n > 0 else { throw SecureFileError.ace(.internalError, "\(file.path): write made no progress") }
+            done += n
+        }
+    }
+
+    /// Writes `data` as the whole content of the secure file at `path`.
+    ///
+    /// - Parameters:
+    ///   - atomic: write a temporary secure file in the same directory, `fsync` it, rename it over
+    ///     `path` and `fsync` the directory: a crash leaves the old or the new contents, never a mix.
+    ///   - withoutOverwriting: fail with `EEXIST` if `path` exists (for an atomic write, the final
+    ///     step is `link(2)`, which refuses an existing name, instead of `rename(2)`).
+    static func write<D: DataProtocol>(_ data: D, to path: String, key: KeySelection, atomic: Bool,
+                                       withoutOverwriting: Bool = false) throws {
+        let contiguous = data.withContiguousStorageIfAvailable { _ in true } ?? false
+        let bytes: Data = contiguous ? Data() : Data(data)
+        func run(_ buffer: UnsafeRawBufferPointer) throws {
+            if atomic {
+                try writeAtomically(buffer, to: path, key: key, withoutOverwriting: withoutOverwriting)
+            } else {
+                var flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
+                if withoutOverwriting { flags |= O_EXCL }
+                let file = try SecureFile.open(path, flags: flags, mode: 0o666, key: key)
+                do { try writeAll(file, buffer) } catch { try? file.close(); throw error }
+                try file.close()
+            }
+        }
+        if contiguous {
+            try data.withContiguousStorageIfAvailable { try run(UnsafeRawBufferPointer($0)) }
+        } else {
+            try bytes.withUnsafeBytes { try run($0) }
+        }
+    }
+
+    static func writeAtomically(_ bytes: UnsafeRawBufferPointer, to requestedPath: String, key: KeySelection,
+                                withoutOverwriting: Bool) throws {
+        let path = try resolvedTarget(requestedPath)
+        var st = stat()
+        let exists = lstat(path, &st) == 0
+        if exists {
+            if withoutOverwriting { throw SecureFileError.posix(EEXIST, path) }
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+                throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
+                                      message: "\(path): \(isDirectory ? "is a directory" : "not a regular file") (secure files are regular files only)")
+            }
+        }
+        let temporary = try createTemporary(near: path, key: key, mode: exists ? st.st_mode & 0o7777 : 0o666)
+        do {
+            try writeAll(temporary, bytes)
+            if exists { _ = fchmod(temporary.fileDescriptor, st.st_mode & 0o7777) }
+            try temporary.sync()
+            try temporary.close()
+            try publish(temporary.path, as: path, withoutOverwriting: withoutOverwriting)
+        } catch {
+            try? temporary.close()
+            unlink(temporary.path)
+            throw error
+        }
+    }
+
+    /// A new, empty secure file next to `path` (same directory, so the rename stays on one file system).
+    static func createTemporary(near path: String, key: KeySelection, mode: mode_t) throws -> SecureFile {
+        let directory = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        for _ in 0..<8 {
+            let suffix = SecureRandom.bytes(8).map { String($0, radix: 16) }.joined()
+            let temporary = (directory.isEmpty ? "" : directory + "/") + ".\(name).acsecure-tmp-\(suffix)"
+            do {
+                return try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                                           mode: mode, key: key)
+            } catch {
+                // A name taken by chance: try another.
+                guard error.errno == EEXIST else { throw error }
+            }
+        }
+        throw SecureFileError.posix(EEXIST, "\(path): no free temporary name")
+    }
+
+    /// Moves a complete, synced temporary file to `path`, then syncs the directory so the new name
+    /// survives a power loss.
+    static func publish(_ temporary: String, as path: String, withoutOverwriting: Bool) throws {
+        if withoutOverwriting {
+            guard link(temporary, path) == 0 else { throw SecureFileError.posix(errno, path) }
+            unlink(temporary)
+        } else {
+            try SecureFileSystem.rename(temporary, path)
+        }
+        try syncDirectory(of: path)
+    }
+
+    static func syncDirectory(of path: String) throws {
+        var directory = (path as NSString).deletingLastPathComponent
+        if directory.isEmpty { directory = "." }
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SecureFileError.posix(errno, directory) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw SecureFileError.posix(errno, "\(directory): fsync") }
+    }
+
+    /// An atomic write replaces the file a symbolic link points to, not the link.
+    static func resolvedTarget(_ path: String) throws -> String {
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFLNK else { return path }
+        return URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+    }
+
+    // MARK: copying
+
+    /// Decrypts `source` and encrypts it into `destination` under a fresh file ID and data key
+    /// (never a byte copy: two files must never share a data key and nonce sequence). The copy is
+    /// atomic and fails with `EEXIST` if `destination` exists, as `FileManager.copyItem`.
+    static func copy(_ source: String, to destination: String, key: KeySelection) throws {
+        let input = try SecureFile.open(source, flags: O_RDONLY | O_CLOEXEC, key: key)
+        defer { try? input.close() }
+        var st = stat()
+        guard lstat(destination, &st) != 0 else { throw SecureFileError.posix(EEXIST, destination) }
+        let sourceStat = try input.stat()
+        let output = try createTemporary(near: destination, key: key, mode: sourceStat.st_mode & 0o7777)
+        do {
+            var buffer = [UInt8](repeating: 0, count: ioChunk)
+            defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
+            var offset: Int64 = 0
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try input.pread(into: $0, at: offset) }
+                if n == 0 { break }
+                try buffer.withUnsafeBytes { try writeAll(output, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: offset) }
+                offset += Int64(n)
+            }
+            _ = fchmod(output.fileDescriptor, sourceStat.st_mode & 0o7777)
+            try output.sync()
+            try output.close()
+            try publish(output.path, as: destination, withoutOverwriting: true)
+        } catch {
+            try? output.close()
+            unlink(output.path)
+            throw error
+        }
+    }
+}
