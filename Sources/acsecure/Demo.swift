@@ -102,8 +102,8 @@ struct Demo: ParsableCommand {
         let prefixFound = contains(cipherBytes, Array(plainBytes.prefix(32)))
         let firstChunk = cipherBytes[FileLayout.headerSize..<(FileLayout.headerSize + 16)]
         step(7, "ciphertext", "contains \"\(marker)\": \(markerFound ? "YES" : "no"); contains the plaintext's first 32 bytes: \(prefixFound ? "YES" : "no")")
-        print("                 plaintext starts  \(hex(Array(plainBytes.prefix(16))))")
-        print("                 chunk 0 on disk   \(hex(Array(firstChunk)))")
+        print("                   plaintext, first 16 bytes:  \(hex(Array(plainBytes.prefix(16))))")
+        print("                   chunk 0 on disk (nonce, …): \(hex(Array(firstChunk)))")
         checks.expect(!markerFound && !prefixFound, "the ciphertext does not contain the plaintext")
 
         // 8. Flip one bit in the middle of a copy: verify names the chunk.
