@@ -5,19 +5,19 @@ struct ACSecureCommand: ParsableCommand {
         commandName: "acsecure",
         abstract: "Encrypt, read and check AppConnect-style secure files (chunked AES-256-GCM).",
         discussion: """
-            Keys come from a store (a directory holding one random seed, optionally sealed with a
-            passcode). Every file's data key is wrapped under a key derived from the seed and the app ID
+            Keys come from a store (a directory holding one random seed, optionally sealed with a \
+            passcode). Every file's data key is wrapped under a key derived from the seed and the app ID \
             (or an encryption group ID), so files are readable only with the same store and app ID.
 
-            acsecure keeps no keys between runs: each command opens the store, derives what it needs and
-            wipes it when it exits. With a passcode, every command asks for it (or reads
+            acsecure keeps no keys between runs: each command opens the store, derives what it needs and \
+            wipes it when it exits. With a passcode, every command asks for it (or reads \
             $ACSECURE_PASSCODE / --passcode-stdin).
 
             ENVIRONMENT:
               ACSECURE_APP_ID    app ID (default "default"), like --app-id
               ACSECURE_HOME      store directory, like --store
-              ACSECURE_PASSCODE  passcode of a protected store (visible to this user's processes;
-                                 meant for scripts and CI)
+              ACSECURE_PASSCODE  passcode of a protected store (for scripts and CI;
+                                 other processes of this user can read it)
 
             \(ExitStatus.helpText)
 

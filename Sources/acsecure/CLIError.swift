@@ -22,10 +22,10 @@ enum ExitStatus: Int32 {
     static let helpText = """
         EXIT CODES:
           0  success
-          1  usage error, or an operation refused (output exists without --force, not confirmed)
+          1  usage error, or refused (output exists without --force, not confirmed)
           2  I/O error (the message names the file and the errno)
           3  no keys: no store, store locked (passcode missing or wrong), or retired
-          4  wrong key or corrupt data (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR), or not a secure file
+          4  wrong key, corrupt data, not a secure file: ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR
           5  verify: at least one file failed authentication
         """
 }

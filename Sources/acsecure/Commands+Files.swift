@@ -25,16 +25,21 @@ func keySelection(for path: String, info: SecureFileInfo, groups: [String], serv
     }
 }
 
-/// Runs `body` for every path, reporting each failure and going on; throws the first failure's
-/// status at the end so the exit code says something went wrong.
+/// Runs `body` for every path, reporting each failure as it happens and going on; at the end a
+/// failure's exit status says something went wrong.
 func forEachPath(_ paths: [String], _ body: (String) throws(CLIError) -> Void) throws(CLIError) {
-    var first: CLIError?
+    if paths.count == 1 { return try body(paths[0]) }
+    var failures: [CLIError] = []
     for path in paths {
         do { try body(path) } catch {
-            if first == nil { first = error } else { error.report() }
+            fflush(nil)
+            error.report()
+            failures.append(error)
         }
     }
-    if let first { throw first }
+    if let first = failures.first {
+        throw CLIError(first.status, "\(failures.count) of \(paths.count) files failed")
+    }
 }
 
 // MARK: encrypt / decrypt
@@ -43,8 +48,8 @@ struct Encrypt: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Encrypt a plain file into a new secure file.",
         discussion: """
-            Streams through a fixed 256 KiB buffer (memory does not grow with the file). OUT is written
-            under a temporary name beside it, synced, then moved into place: it appears complete or
+            Streams through a fixed 256 KiB buffer (memory does not grow with the file). OUT is written \
+            under a temporary name beside it, synced, then moved into place: it appears complete or \
             not at all. IN may be - for standard input.
             """)
 
@@ -86,8 +91,8 @@ struct Decrypt: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Decrypt a secure file into a new plain file (mode 0600).",
         discussion: """
-            Every chunk and the file's length are authenticated; OUT appears (temporary file, sync,
-            rename) only when the whole file was read successfully, so a damaged file never leaves a
+            Every chunk and the file's length are authenticated; OUT appears (temporary file, sync, \
+            rename) only when the whole file was read successfully, so a damaged file never leaves a \
             partial plaintext behind.
             """)
 
@@ -128,7 +133,7 @@ struct Cat: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write the plaintext of secure files to standard output.",
         discussion: """
-            Streams: each chunk is authenticated before it is written, but a file damaged in the middle
+            Streams: each chunk is authenticated before it is written, but a file damaged in the middle \
             has its good beginning written before the error. Use `decrypt` for all-or-nothing output.
             """)
 
@@ -158,8 +163,8 @@ struct Write: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write standard input into a secure file.",
         discussion: """
-            Without --append, FILE is replaced as a whole: the new content goes to a temporary secure
-            file beside it, which is synced and renamed over FILE. With --append, the data is added to
+            Without --append, FILE is replaced as a whole: the new content goes to a temporary secure \
+            file beside it, which is synced and renamed over FILE. With --append, the data is added to \
             the end of the existing secure file in place.
             """)
 
@@ -203,8 +208,8 @@ struct Share: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Re-wrap a file's data key for an encryption group (or back to the app).",
         discussion: """
-            Header only: the 128-byte header is rewritten and synced; no chunk is re-encrypted. Every
-            app of the store that names the group can then open the file. --to-app undoes it. The data
+            Header only: the 128-byte header is rewritten and synced; no chunk is re-encrypted. Every \
+            app of the store that names the group can then open the file. --to-app undoes it. The data \
             key itself does not change: use `rekey` afterwards to stop someone who already had it.
             """)
 
@@ -237,9 +242,9 @@ struct Rekey: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Re-encrypt files under a fresh data key and file ID.",
         discussion: """
-            Each file is stream-copied into a new secure file beside it (same key-encryption key,
-            new random data key), synced, and renamed over the original: a crash leaves either the
-            old or the new file. The rename gives the file a new inode, so hard links to it keep the
+            Each file is stream-copied into a new secure file beside it (same key-encryption key, \
+            new random data key), synced, and renamed over the original: a crash leaves either the \
+            old or the new file. The rename gives the file a new inode, so hard links to it keep the \
             old version; writes made by other processes during the copy are lost.
             """)
 

@@ -93,8 +93,8 @@ struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Authenticate every chunk and the length of secure files.",
         discussion: """
-            Prints one line per file: OK, or FAILED with the first bad chunk's index and offsets (or
-            why the header, key or length failed). Nothing of the plaintext is printed. Exits with 5
+            Prints one line per file: OK, or FAILED with the first bad chunk's index and offsets (or \
+            why the header, key or length failed). Nothing of the plaintext is printed. Exits with 5 \
             if any file failed, 3 without keys, 2 on I/O errors.
             """)
 
@@ -138,8 +138,8 @@ struct Stat: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a secure file's header: sizes, chunk size, key class, file ID.",
         discussion: """
-            Reads the header only: no key is needed and nothing is decrypted. When the store can be
-            opened without asking (no passcode, or $ACSECURE_PASSCODE), also says whether this app's
+            Reads the header only: no key is needed and nothing is decrypted. When the store can be \
+            opened without asking (no passcode, or $ACSECURE_PASSCODE), also says whether this app's \
             key (or a --group key) opens the file.
             """)
 
@@ -194,7 +194,7 @@ struct List: ParsableCommand {
         commandName: "ls",
         abstract: "List a directory and say which files are secure files.",
         discussion: """
-            From the headers only (no key needed). KIND is secure, damaged (a secure file header with an
+            From the headers only (no key needed). KIND is secure, damaged (a secure file header with an \
             impossible length), plain, dir, link or other; SIZE is the plaintext size for secure files.
             """)
 

@@ -10,9 +10,9 @@ struct Init: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create a store (a random seed), optionally protected by a passcode.",
         discussion: """
-            The passcode comes from --passcode-stdin, else $ACSECURE_PASSCODE, else a prompt on the
-            terminal (asked twice, without echo; empty for none). Without a terminal and without
-            either source, the store gets no passcode: its seed is then protected by file permissions
+            The passcode comes from --passcode-stdin, else $ACSECURE_PASSCODE, else a prompt on the \
+            terminal (asked twice, without echo; empty for none). Without a terminal and without \
+            either source, the store gets no passcode: its seed is then protected by file permissions \
             (0600 in a 0700 directory) only.
             """)
 
@@ -84,10 +84,10 @@ struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check the passcode (acsecure keeps no keys between runs).",
         discussion: """
-            Each acsecure command is its own process: it unlocks the store, uses the keys and wipes
-            them when it exits. There is no session agent, so `unlock` cannot leave the store unlocked
-            for later commands; it verifies the passcode (exit 0 if right, 3 if wrong). To avoid
-            typing it for every command in a script, set ACSECURE_PASSCODE (visible to your own
+            Each acsecure command is its own process: it unlocks the store, uses the keys and wipes \
+            them when it exits. There is no session agent, so `unlock` cannot leave the store unlocked \
+            for later commands; it verifies the passcode (exit 0 if right, 3 if wrong). To avoid \
+            typing it for every command in a script, set ACSECURE_PASSCODE (visible to your own \
             processes) or pipe it with --passcode-stdin.
             """)
 
@@ -109,9 +109,9 @@ struct Lock: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Explain locking: acsecure never leaves keys behind.",
         discussion: """
-            acsecure holds keys only while one command runs, in guarded memory that is wiped when it
-            exits, so there is nothing to lock afterwards. `lock` checks that the store exists and says
-            so. To make the store unusable without its passcode, set one with `acsecure passwd`; to
+            acsecure holds keys only while one command runs, in guarded memory that is wiped when it \
+            exits, so there is nothing to lock afterwards. `lock` checks that the store exists and says \
+            so. To make the store unusable without its passcode, set one with `acsecure passwd`; to \
             destroy it, `acsecure retire`.
             """)
 
@@ -130,8 +130,8 @@ struct Passwd: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Change, add or remove the store's passcode (no file is re-encrypted).",
         discussion: """
-            The old passcode (when the store has one) comes from --passcode-stdin (first line),
-            $ACSECURE_PASSCODE, or a prompt; the new one from --passcode-stdin (next line),
+            The old passcode (when the store has one) comes from --passcode-stdin (first line), \
+            $ACSECURE_PASSCODE, or a prompt; the new one from --passcode-stdin (next line), \
             $ACSECURE_NEW_PASSCODE, or a prompt asked twice. Only the sealed seed is rewritten.
             """)
 

@@ -10,10 +10,10 @@ struct Demo: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the whole cycle on a fresh embedded store: encrypt, read back, verify, tamper.",
         discussion: """
-            Needs no setup: creates a new store without a passcode in a temporary directory (or uses
-            --store), writes a sample file, encrypts it, reads it back, verifies it, shows that the
-            ciphertext does not contain the plaintext and that tampering, truncation and another app
-            ID are all detected. Removes the temporary directory unless --keep. Exits with 0 only if
+            Needs no setup: creates a new store without a passcode in a temporary directory (or uses \
+            --store), writes a sample file, encrypts it, reads it back, verifies it, shows that the \
+            ciphertext does not contain the plaintext and that tampering, truncation and another app \
+            ID are all detected. Removes the temporary directory unless --keep. Exits with 0 only if \
             every check passed (5 otherwise).
             """)
 
