@@ -44,7 +44,11 @@ let package = Package(
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
-        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
+        // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
+        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "fuzz/Harness"),
+        // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
+        .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureCrashChild"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,373 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACSecureServices
+@testable import ACSecureFileCore
+
+/// Every way of altering a secure file on disk that the format can detect must give
+/// ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR on open or on the read that covers the altered data, and no
+/// read may ever return bytes that were not written. Plus the ciphertext properties: no plaintext
+/// window, fresh randomness per file and per chunk write.
+final class TamperSuiteTests: XCTestCase {
+    static let chunk = 4096
+    static let physicalChunk = chunk + 28
+    static let header = 128
+    static let trailer = 28
+
+    var env: TestEnvironment!
+    var rng = SplitMix64(seed: 0x7A3)
+
+    override func setUpWithError() throws { env = try TestEnvironment() }
+    override func tearDown() { env = nil }
+
+    /// Writes `plaintext` to a new secure file and returns its raw bytes.
+    func encrypt(_ plaintext: [UInt8], name: String) throws -> [UInt8] {
+        let path = env.path(name)
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: env.services)
+        if !plaintext.isEmpty { try f.pwrite(plaintext, at: 0) }
+        try f.close()
+        let raw = readWholeFile(path)
+        unlink(path)
+        return raw
+    }
+
+    enum Verdict: Equatable { case intact, detected }
+    var counts = (cases: 0, detectedOnOpen: 0, detectedOnRead: 0)
+
+    /// Stores `raw` as a file and reads it back through the engine, chunk by chunk.
+    /// - Returns: `.intact` when everything read back equals `plaintext` with the right size,
+    ///   `.detected` when open or some read failed with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR.
+    ///   Any other error, or any wrong byte, is a test failure.
+    func readBack(_ raw: [UInt8], expecting plaintext: [UInt8], _ what: @autoclosure () -> String,
+                  file: StaticString = #filePath, line: UInt = #line) -> Verdict {
+        counts.cases += 1
+        let path = env.path("tampered")
+        writeWholeFile(path, raw)
+        defer { unlink(path) }
+        let f: SecureFile
+        do { f = try SecureFile.open(path, flags: O_RDONLY, services: env.services) } catch let e as SecureFileError {
+            XCTAssertEqual(e.code, .badKeyOrCorruptData, "\(what()): open failed with \(e.code.name): \(e.message)", file: file, line: line)
+            counts.detectedOnOpen += 1
+            return .detected
+        } catch { XCTFail("\(error)"); return .detected }
+        defer { try? f.close() }
+        var failed = false
+        var offset = 0
+        // Chunk-sized reads past the end too, so an EOF that is not authenticated would show.
+        while offset <= plaintext.count + Self.chunk {
+            do {
+                let got = try f.pread(count: Self.chunk, at: Int64(offset))
+                if got.isEmpty {
+                    // An authenticated end of file: it must be the real one.
+                    if offset < plaintext.count {
+                        XCTFail("\(what()): the file ends (authenticated) at \(offset), not at \(plaintext.count)", file: file, line: line)
+                    }
+                    break
+                }
+                let expected = plaintext[min(offset, plaintext.count)..<min(offset + got.count, plaintext.count)]
+                if got.count != expected.count || !got.elementsEqual(expected) {
+                    XCTFail("\(what()): WRONG BYTES: read \(got.count) bytes at \(offset) that were never written", file: file, line: line)
+                    return .detected
+                }
+            } catch let e as SecureFileError {
+                XCTAssertEqual(e.code, .badKeyOrCorruptData, "\(what()): read at \(offset) failed with \(e.code.name): \(e.message)", file: file, line: line)
+                XCTAssertFalse(e.message.isEmpty)
+                failed = true
+            } catch { XCTFail("\(error)") }
+            offset += Self.chunk
+        }
+        if failed { counts.detectedOnRead += 1 }
+        return failed ? .detected : .intact
+    }
+
+    func assertDetected(_ raw: [UInt8], _ plaintext: [UInt8], _ what: @autoclosure () -> String,
+                        file: StaticString = #filePath, line: UInt = #line) {
+        let v = readBack(raw, expecting: plaintext, what(), file: file, line: line)
+        XCTAssertEqual(v, .detected, "\(what()): the alteration was not detected", file: file, line: line)
+    }
+
+    /// Files: empty, 1 byte, one short chunk, exactly one chunk, several chunks with a short last one.
+    func sampleFiles() throws -> [(plaintext: [UInt8], raw: [UInt8], name: String)] {
+        try [0, 1, 100, Self.chunk, 3 * Self.chunk + 777].map { n in
+            let p = randomBytes(n, &rng)
+            return (p, try encrypt(p, name: "sample-\(n)"), "\(n)-byte file")
+        }
+    }
+
+    func testUntouchedFilesReadBack() throws {
+        for s in try sampleFiles() {
+            XCTAssertEqual(readBack(s.raw, expecting: s.plaintext, s.name), .intact)
+        }
+    }
+
+    func testEveryHeaderBitFlipIsDetected() throws {
+        for s in try sampleFiles() {
+            for bit in 0..<(Self.header * 8) {
+                var t = s.raw
+                t[bit / 8] ^= 1 << (bit % 8)
+                assertDetected(t, s.plaintext, "\(s.name): header bit \(bit)")
+            }
+        }
+        print("TamperSuite: header bit flips: \(counts.cases) cases, \(counts.detectedOnOpen) detected on open, \(counts.detectedOnRead) on read")
+    }
+
+    func testEveryTrailerBitFlipIsDetected() throws {
+        for s in try sampleFiles() {
+            let start = s.raw.count - Self.trailer
+            for bit in 0..<(Self.trailer * 8) {
+                var t = s.raw
+                t[start + bit / 8] ^= 1 << (bit % 8)
+                assertDetected(t, s.plaintext, "\(s.name): trailer bit \(bit)")
+            }
+        }
+        print("TamperSuite: trailer bit flips: \(counts.cases) cases")
+    }
+
+    /// Every bit of the nonce and tag, and of sampled ciphertext bytes, of every chunk; only the
+    /// altered chunk fails, the others still read.
+    func testChunkBitFlipsAreDetectedAndLocalised() throws {
+        for s in try sampleFiles() where !s.plaintext.isEmpty {
+            let chunks = (s.plaintext.count + Self.chunk - 1) / Self.chunk
+            for c in 0..<chunks {
+                let length = min(Self.chunk, s.plaintext.count - c * Self.chunk)
+                let base = Self.header + c * Self.physicalChunk
+                var offsets = Array(0..<12) + Array((12 + length)..<(28 + length))  // nonce, tag
+                offsets += [12, 13, 12 + length / 2, 12 + length - 1] + (0..<4).map { _ in 12 + Int.random(in: 0..<length, using: &rng) }
+                for o in Set(offsets).sorted() {
+                    for bit in 0..<8 {
+                        var t = s.raw
+                        t[base + o] ^= 1 << bit
+                        assertDetected(t, s.plaintext, "\(s.name): chunk \(c) byte \(o) bit \(bit)")
+                    }
+                }
+                // Localised: with chunk c altered, every other chunk still reads correctly.
+                var t = s.raw
+                t[base + 12] ^= 0x80
+                let path = env.path("localised")
+                writeWholeFile(path, t)
+                let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+                for other in 0..<chunks {
+                    let at = other * Self.chunk
+                    if other == c {
+                        XCTAssertEqual(aceCode { _ = try f.pread(count: 10, at: Int64(at)) }, .badKeyOrCorruptData)
+                    } else {
+                        XCTAssertEqual(try f.pread(count: Self.chunk, at: Int64(at)), Array(s.plaintext[at..<min(at + Self.chunk, s.plaintext.count)]),
+                                       "\(s.name): chunk \(other) with chunk \(c) altered")
+                    }
+                }
+                try f.close()
+                unlink(path)
+            }
+        }
+        print("TamperSuite: chunk bit flips: \(counts.cases) cases")
+    }
+
+    func physicalChunk(_ raw: [UInt8], _ c: Int) -> ArraySlice<UInt8> {
+        raw[(Self.header + c * Self.physicalChunk)..<(Self.header + (c + 1) * Self.physicalChunk)]
+    }
+
+    func testSwappedReorderedAndForeignChunksAreDetected() throws {
+        let p = randomBytes(4 * Self.chunk, &rng)  // all chunks the same length, so any swap keeps the layout
+        let raw = try encrypt(p, name: "a")
+        let other = try encrypt(p, name: "b")  // same plaintext, another file
+        for i in 0..<4 {
+            for j in (i + 1)..<4 {
+                var t = raw
+                t.replaceSubrange((Self.header + i * Self.physicalChunk)..<(Self.header + (i + 1) * Self.physicalChunk), with: physicalChunk(raw, j))
+                t.replaceSubrange((Self.header + j * Self.physicalChunk)..<(Self.header + (j + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
+                assertDetected(t, p, "chunks \(i) and \(j) swapped")
+            }
+            // The same index from another file (same key, same plaintext): the file ID in the AAD tells.
+            var t = raw
+            t.replaceSubrange((Self.header + i * Self.physicalChunk)..<(Self.header + (i + 1) * Self.physicalChunk), with: physicalChunk(other, i))
+            assertDetected(t, p, "chunk \(i) copied from another file at the same index")
+            // A chunk duplicated over its neighbour.
+            var d = raw
+            d.replaceSubrange((Self.header + ((i + 1) % 4) * Self.physicalChunk)..<(Self.header + ((i + 1) % 4 + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
+            assertDetected(d, p, "chunk \(i) duplicated over chunk \((i + 1) % 4)")
+        }
+        // Rotation: 1 2 3 0.
+        var r = Array(raw[0..<Self.header])
+        for c in [1, 2, 3, 0] { r += physicalChunk(raw, c) }
+        r += raw.suffix(Self.trailer)
+        assertDetected(r, p, "chunks rotated")
+        // Dropping a whole chunk from the middle, trailer kept.
+        var dropped = Array(raw[0..<Self.header]) + physicalChunk(raw, 0) + physicalChunk(raw, 2) + physicalChunk(raw, 3)
+        dropped += raw.suffix(Self.trailer)
+        assertDetected(dropped, p, "chunk 1 removed")
+    }
+
+    func testAppendedForeignChunkOrBytesAreDetected() throws {
+        for n in [Self.chunk, 2 * Self.chunk + 5] {
+            let p = randomBytes(n, &rng)
+            let raw = try encrypt(p, name: "a")
+            let bigger = try encrypt(p + randomBytes(2 * Self.chunk, &rng), name: "b")
+            let body = Array(raw.dropLast(Self.trailer))
+            // Another file's chunk appended (before and after the trailer), and this file's own chunk repeated.
+            assertDetected(raw + physicalChunk(bigger, 2), p, "\(n): foreign chunk appended after the trailer")
+            assertDetected(body + physicalChunk(bigger, 2) + raw.suffix(Self.trailer), p, "\(n): foreign chunk inserted before the trailer")
+            assertDetected(body + physicalChunk(raw, 0) + raw.suffix(Self.trailer), p, "\(n): own chunk 0 appended before the trailer")
+            for extra in [29, 100, 4000] {
+                assertDetected(raw + randomBytes(extra, &rng), p, "\(n): \(extra) random bytes appended")
+            }
+            if n % Self.chunk != 0 {
+                for extra in [1, 27, 28] { assertDetected(raw + randomBytes(extra, &rng), p, "\(n): \(extra) random bytes appended") }
+                assertDetected(raw + raw.suffix(Self.trailer), p, "\(n): trailer repeated")
+            }
+        }
+    }
+
+    /// KNOWN GAP (reported with issue 7): up to 28 bytes appended after a file whose size is a multiple
+    /// of the chunk size are ignored: the engine takes them for a torn chunk, the trailer before them
+    /// still verifies, and the file reads as its original content. No wrong byte is ever returned
+    /// (checked here always); that the alteration is not reported is checked only with
+    /// ACSECURE_RUN_KNOWN_BUGS=1.
+    func testShortJunkAfterAChunkAlignedFile() throws {
+        let p = randomBytes(2 * Self.chunk, &rng)
+        let raw = try encrypt(p, name: "aligned")
+        let strict = ProcessInfoless.env("ACSECURE_RUN_KNOWN_BUGS") == "1"
+        for junk in [randomBytes(1, &rng), randomBytes(27, &rng), randomBytes(28, &rng), Array(raw.suffix(Self.trailer))] {
+            let v = readBack(raw + junk, expecting: p, "\(junk.count) bytes after a chunk-aligned file")
+            if strict { XCTAssertEqual(v, .detected, "\(junk.count) bytes appended after a chunk-aligned file are not detected") }
+        }
+    }
+
+    /// Cutting the file at every byte near each chunk boundary, at each boundary, and near the end.
+    func testTruncationAtEveryOffsetNearBoundariesIsDetected() throws {
+        let p = randomBytes(3 * Self.chunk + 500, &rng)
+        let raw = try encrypt(p, name: "a")
+        var cuts = Set<Int>(1..<(Self.header + 40))
+        for c in 0...3 {
+            let boundary = Self.header + c * Self.physicalChunk
+            for d in -40...40 { cuts.insert(boundary + d) }
+        }
+        for d in 0...80 { cuts.insert(raw.count - d) }
+        cuts = cuts.filter { $0 > 0 && $0 < raw.count }
+        for cut in cuts.sorted() {
+            assertDetected(Array(raw[0..<cut]), p, "cut at \(cut) of \(raw.count)")
+        }
+        print("TamperSuite: \(cuts.count) truncation offsets")
+    }
+
+    /// A file cut to 0 bytes reads as an empty secure file: indistinguishable from a new (`touch`ed)
+    /// file, so this one truncation is NOT detected (docs/TESTING.md).
+    func testTruncationToZeroBytesIsNotDetected() throws {
+        let p = randomBytes(100, &rng)
+        XCTAssertFalse(p.isEmpty)
+        XCTAssertEqual(readBack([], expecting: [], "cut to 0 bytes"), .intact)
+    }
+
+    func testSwappedHeadersAreDetected() throws {
+        let p1 = randomBytes(2 * Self.chunk + 10, &rng), p2 = randomBytes(2 * Self.chunk + 10, &rng)
+        let a = try encrypt(p1, name: "a"), b = try encrypt(p2, name: "b")
+        let aWithB = Array(b[0..<Self.header]) + a[Self.header...]
+        let bWithA = Array(a[0..<Self.header]) + b[Self.header...]
+        assertDetected(aWithB, p1, "file A with file B's header (as A)")
+        assertDetected(aWithB, p2, "file A with file B's header (as B)")
+        assertDetected(bWithA, p2, "file B with file A's header")
+        // Same plaintext in both: the swap must not read as either.
+        let c = try encrypt(p1, name: "c")
+        assertDetected(Array(c[0..<Self.header]) + a[Self.header...], p1, "same plaintext, headers swapped")
+        // The wrong key: another store's services.
+        let otherStore = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/other-store", argonCost: .minimum)
+        let path = env.path("wrong-key")
+        writeWholeFile(path, a)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: otherStore) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, key: .group("g"), services: env.services) }, .badKeyOrCorruptData)
+    }
+
+    /// Rollback: a file replaced by an older copy of itself reads the older content without error.
+    /// Nothing in a file can tell which of its own versions is newest; NOT detected (docs/TESTING.md).
+    func testReplacementByAnOlderCopyIsNotDetected() throws {
+        let path = env.path("versions")
+        let v1 = randomBytes(2 * Self.chunk, &rng)
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try f.pwrite(v1, at: 0)
+        try f.sync()
+        let old = readWholeFile(path)
+        let v2 = randomBytes(Self.chunk, &rng)
+        try f.pwrite(v2, at: 100)
+        try f.close()
+        XCTAssertNotEqual(readWholeFile(path), old)
+        XCTAssertEqual(readBack(old, expecting: v1, "older copy"), .intact, "rollback to an older copy is not detectable")
+        // Mixing versions chunk by chunk IS detected only when the trailer/size disagree; same size
+        // and chunk-wise mixing of the same file's versions is also a rollback of those chunks.
+        var mixed = readWholeFile(path)
+        mixed.replaceSubrange(Self.header..<(Self.header + Self.physicalChunk), with: old[Self.header..<(Self.header + Self.physicalChunk)])
+        var expectedMix = v1
+        expectedMix.replaceSubrange(100..<(100 + Self.chunk), with: v2)
+        expectedMix.replaceSubrange(0..<Self.chunk, with: v1[0..<Self.chunk])
+        XCTAssertEqual(readBack(mixed, expecting: expectedMix, "chunk 0 rolled back"), .intact, "a chunk rolled back to an older version of the same file is not detectable")
+    }
+
+    // MARK: ciphertext properties
+
+    /// No 16-byte window of the plaintext appears anywhere in the file, for low-entropy plaintexts.
+    func testCiphertextContainsNoPlaintextWindow() throws {
+        let text = Array(String(repeating: "The quick brown fox jumps over the lazy dog. 0123456789 ", count: 300).utf8)
+        let plaintexts: [[UInt8]] = [
+            [UInt8](repeating: 0, count: 5 * Self.chunk + 3),
+            [UInt8](repeating: 0x41, count: 2 * Self.chunk),
+            text,
+            randomBytes(3 * Self.chunk, &rng),
+        ]
+        for (n, p) in plaintexts.enumerated() {
+            let raw = try encrypt(p, name: "window-\(n)")
+            var windows = Set<[UInt8]>()
+            for i in 0...(p.count - 16) { windows.insert(Array(p[i..<i + 16])) }
+            var hits = 0
+            // Chunks and trailer (the header is not ciphertext: its reserved bytes are zeros by design).
+            for i in Self.header...(raw.count - 16) where windows.contains(Array(raw[i..<i + 16])) { hits += 1 }
+            XCTAssertEqual(hits, 0, "plaintext \(n): \(hits) 16-byte plaintext windows found in the ciphertext")
+            XCTAssertGreaterThan(raw.count, p.count)
+        }
+    }
+
+    /// The same content encrypted twice: different file IDs, data keys, nonces and ciphertexts.
+    func testTwoEncryptionsOfTheSameContentDiffer() throws {
+        let p = [UInt8](repeating: 7, count: 3 * Self.chunk)
+        let a = try encrypt(p, name: "a"), b = try encrypt(p, name: "b")
+        XCTAssertEqual(a.count, b.count)
+        XCTAssertNotEqual(Array(a[16..<32]), Array(b[16..<32]), "file IDs")
+        XCTAssertNotEqual(Array(a[48..<108]), Array(b[48..<108]), "wrapped keys")
+        for c in 0..<3 {
+            let x = physicalChunk(a, c), y = physicalChunk(b, c)
+            XCTAssertNotEqual(Array(x.prefix(12)), Array(y.prefix(12)), "chunk \(c) nonces")
+            XCTAssertNotEqual(Array(x.dropFirst(12)), Array(y.dropFirst(12)), "chunk \(c) ciphertexts")
+        }
+        // Within one file, equal plaintext chunks give different ciphertexts.
+        XCTAssertNotEqual(Array(physicalChunk(a, 0).dropFirst(12)), Array(physicalChunk(a, 1).dropFirst(12)))
+    }
+
+    /// Rewriting a chunk (same or different content) always draws a fresh nonce: 200 rewrites, 200 nonces.
+    func testRewritingAChunkUsesFreshNonces() throws {
+        let path = env.path("rewrite")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let content = randomBytes(2 * Self.chunk, &rng)
+        var nonces = Set<[UInt8]>()
+        var ciphertexts = Set<[UInt8]>()
+        let rounds = 200
+        for round in 0..<rounds {
+            // Alternate whole-chunk writes (direct path) and a one-byte write (cached, flushed by sync).
+            if round % 2 == 0 { try f.pwrite(content, at: 0) } else { try f.pwrite([content[5]], at: 5) }
+            try f.sync()
+            let raw = readWholeFile(path)
+            nonces.insert(Array(raw[Self.header..<(Self.header + 12)]))
+            ciphertexts.insert(Array(physicalChunk(raw, 0).dropFirst(12)))
+        }
+        try f.close()
+        XCTAssertEqual(nonces.count, rounds, "every rewrite of chunk 0 must use a new nonce")
+        XCTAssertEqual(ciphertexts.count, rounds)
+        // The trailer is resealed with a fresh nonce too.
+        let f2 = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        var trailerNonces = Set<[UInt8]>()
+        for i in 0..<50 {
+            try f2.truncate(to: Int64(2 * Self.chunk - i))
+            try f2.sync()
+            trailerNonces.insert(Array(readWholeFile(path).suffix(Self.trailer).prefix(12)))
+        }
+        try f2.close()
+        XCTAssertEqual(trailerNonces.count, 50)
+    }
+}

@@ -1,0 +1,101 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSecureFileCore
+
+/// A fuzz finding: what went wrong, never the plaintext or key bytes.
+public struct FuzzFinding: Error, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A scratch directory for the fuzzers' files, removed when the process exits.
+enum FuzzScratch {
+    nonisolated(unsafe) private static var made: String?
+
+    static var directory: String {
+        if let made { return made }
+        var template = Array("/tmp/acsecure-fuzz-XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { fatalError("mkdtemp failed: errno \(errno)") }
+        let dir = String(cString: p)
+        made = dir
+        atexit { FuzzScratch.removeAll() }
+        return dir
+    }
+
+    static func path(_ name: String) -> String { directory + "/" + name }
+
+    /// rm -rf of the scratch directory (two levels: files and the store directory).
+    static func removeAll() {
+        guard let made else { return }
+        removeTree(made)
+    }
+
+    private static func removeTree(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        if st.st_mode & S_IFMT == S_IFDIR, let dir = opendir(path) {
+            var names: [String] = []
+            while let e = readdir(dir) {
+                let name = withUnsafePointer(to: e.pointee.d_name) { String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)) }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            closedir(dir)
+            for n in names { removeTree(path + "/" + n) }
+            rmdir(path)
+        } else {
+            unlink(path)
+        }
+    }
+}
+
+/// Reads fuzz input bytes front to back; past the end every read is 0.
+struct ByteCursor {
+    let bytes: [UInt8]
+    var position = 0
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    var isAtEnd: Bool { position >= bytes.count }
+    mutating func u8() -> UInt8 {
+        defer { position += 1 }
+        return position < bytes.count ? bytes[position] : 0
+    }
+    mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
+}
+
+func writeFileBytes(_ path: String, _ bytes: [UInt8]) -> Bool {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var done = 0
+    while done < bytes.count {
+        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
+        if n <= 0 { return false }
+        done += n
+    }
+    return true
+}
+
+func readFileBytes(_ path: String) -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return [] }
+    defer { close(fd) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { return out }
+        out += buf[0..<n]
+    }
+}
+
+/// Reads a whole secure file from offset 0 with preads of `step` bytes.
+func readAllSecure(_ file: SecureFile, step: Int = 65536) throws -> [UInt8] {
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: step)
+    while true {
+        let at = Int64(out.count)
+        let n = try buf.withUnsafeMutableBytes { (b) throws -> Int in try file.pread(into: b, at: at) }
+        if n == 0 { return out }
+        out += buf[0..<n]
+    }
+}

@@ -1,0 +1,274 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSecureServices
+import ACSecureFileCore
+
+/// Fuzz target 2: the input decodes to a sequence of open / read / write / pread / pwrite / readv /
+/// writev / lseek / ftruncate / fsync / close / reopen / lock / unlock calls, applied to a plain file
+/// (POSIX) and to a secure file (the engine). Results, errno values and bytes must match; while
+/// services are locked every secure call but close must fail (`ACE_NO_KEYS_ERROR`, or the access
+/// error POSIX would give first) and change nothing. At the end the secure file, reopened, must hold
+/// exactly the plain file's bytes.
+public enum OperationSequenceFuzzer {
+    struct State {
+        let services: SecureServices
+        let plainPath: String
+        let securePath: String
+    }
+
+    nonisolated(unsafe) private static var cached: State?
+
+    static var state: State {
+        if let cached { return cached }
+        let services: SecureServices
+        do {
+            services = try SecureServices(appID: "com.example.fuzz", storeDirectory: FuzzScratch.path("store"), argonCost: .minimum)
+        } catch { fatalError("cannot create the fuzzing store: \(error)") }
+        let s = State(services: services, plainPath: FuzzScratch.path("ops-plain"), securePath: FuzzScratch.path("ops-secure"))
+        cached = s
+        return s
+    }
+
+    struct Pair { var plain: Int32; var secure: SecureFile; var flags: Int32 }
+
+    enum Outcome: Equatable, CustomStringConvertible {
+        case value(Int64), failure(Int32)
+        var description: String {
+            switch self {
+            case .value(let v): return "value \(v)"
+            case .failure(let e): return "errno \(e)"
+            }
+        }
+    }
+
+    static let openModes: [Int32] = [O_RDWR | O_CREAT, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND,
+                                     O_RDWR | O_TRUNC, O_RDWR | O_CREAT | O_EXCL]
+    static let maxOperations = 64
+
+    /// Runs one input. Returns a finding, or nil when both files behaved the same.
+    public static func run(_ input: [UInt8]) -> FuzzFinding? {
+        let st = state
+        let services = st.services
+        if services.availability != .available {
+            do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+        }
+        unlink(st.plainPath)
+        unlink(st.securePath)
+        var pairs: [Pair] = []
+        var locked = false
+        var log: [String] = []
+        defer {
+            for p in pairs { close(p.plain); try? p.secure.close() }
+            if services.availability != .available { try? services.unlock(passcode: nil) }
+            unlink(st.plainPath)
+            unlink(st.securePath)
+        }
+        var c = ByteCursor(input)
+        var step = 0
+
+        func secure(_ body: () throws -> Int64) -> (Outcome, SecureFileError?) {
+            do { return (.value(try body()), nil) } catch let e as SecureFileError { return (.failure(e.errno), e) } catch {
+                return (.failure(-1), SecureFileError(code: .internalError, message: "not a SecureFileError: \(error)"))
+            }
+        }
+        func plain(_ r: Int) -> Outcome { r < 0 ? .failure(errno) : .value(Int64(r)) }
+        func mismatch(_ what: String, _ a: Outcome, _ b: Outcome) -> FuzzFinding {
+            FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.suffix(20).joined(separator: "\n"))
+        }
+        /// While locked: the secure call must fail cleanly and the plain call is not made.
+        func expectLockedFailure(_ what: String, _ r: (Outcome, SecureFileError?)) -> FuzzFinding? {
+            guard let e = r.1 else { return FuzzFinding("step \(step) \(what) succeeded while services were locked") }
+            let allowed: [ACErrorCode] = [.noKeys, .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly, .invalidArgument, .negativeFileLength]
+            return allowed.contains(e.code) ? nil : FuzzFinding("step \(step) \(what) while locked failed with \(e.code.name): \(e.message)")
+        }
+        func offset() -> Int64 {
+            let b = c.u8()
+            if b & 0x80 != 0 { return Int64(b & 0x0F) * 4096 + Int64((b >> 4) & 0x7) - 3 }  // around a chunk boundary
+            return Int64(c.u16() % 40_000) - (b & 0x40 != 0 ? 2 : 0)
+        }
+        func length() -> Int {
+            let b = c.u8()
+            switch b % 4 {
+            case 0: return Int(c.u8())
+            case 1: return 4096 * (1 + Int(b >> 6)) + Int(c.u8() % 5) - 2
+            default: return c.u16() % 12_000
+            }
+        }
+        func data(_ n: Int) -> [UInt8] {
+            let seed = UInt8(truncatingIfNeeded: step &* 37 &+ n)
+            return (0..<max(n, 0)).map { UInt8(truncatingIfNeeded: $0 &* 131) ^ seed }
+        }
+        func openPair(_ flags: Int32) -> FuzzFinding? {
+            let r = secure { () throws -> Int64 in
+                let f = try SecureFile.open(st.securePath, flags: flags, mode: 0o600, services: services)
+                pairs.append(Pair(plain: -1, secure: f, flags: flags))
+                return 0
+            }
+            if locked {
+                if case .value = r.0 { return FuzzFinding("step \(step) open succeeded while services were locked") }
+                return r.1?.code == .noKeys ? nil : FuzzFinding("step \(step) open while locked: \(r.1.map { $0.code.name } ?? "?")")
+            }
+            let p = open(st.plainPath, flags | O_CLOEXEC, 0o600)
+            let a: Outcome = p < 0 ? .failure(errno) : .value(0)
+            log.append("open(\(String(flags, radix: 8))) -> \(a)")
+            if case .value = r.0 { pairs[pairs.count - 1].plain = p }
+            if a != r.0 {
+                if p >= 0 { close(p) }
+                return mismatch("open(\(String(flags, radix: 8)))", a, r.0)
+            }
+            return nil
+        }
+
+        if let f = openPair(O_RDWR | O_CREAT) { return f }
+        while !c.isAtEnd && step < maxOperations {
+            step += 1
+            let op = c.u8()
+            if pairs.isEmpty || op % 16 == 0 {
+                if pairs.count < 4, let f = openPair(openModes[Int(c.u8()) % openModes.count]) { return f }
+                continue
+            }
+            let i = Int(c.u8()) % pairs.count
+            let pair = pairs[i]
+            var finding: FuzzFinding?
+            switch op % 16 {
+            case 1, 2:  // write
+                let bytes = data(length())
+                let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.write(x) }) }
+                if locked { finding = expectLockedFailure("write", b); break }
+                let a = plain(bytes.withUnsafeBytes { write(pair.plain, $0.baseAddress, $0.count) })
+                log.append("\(step) write[\(i)](\(bytes.count)) -> \(a)")
+                if a != b.0 { finding = mismatch("write(\(bytes.count))", a, b.0) }
+            case 3, 4:  // pwrite
+                let bytes = data(length())
+                let at = offset()
+                let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.pwrite(x, at: at) }) }
+                if locked { finding = expectLockedFailure("pwrite", b); break }
+                let a = plain(bytes.withUnsafeBytes { pwrite(pair.plain, $0.baseAddress, $0.count, off_t(at)) })
+                log.append("\(step) pwrite[\(i)](\(bytes.count) @ \(at)) -> \(a)")
+                if a != b.0 { finding = mismatch("pwrite(\(bytes.count) @ \(at))", a, b.0) }
+            case 5, 6:  // read / pread
+                let n = length()
+                let at: Int64? = op % 16 == 6 ? offset() : nil
+                var pb = [UInt8](repeating: 0, count: n), sb = [UInt8](repeating: 0, count: n)
+                let b = secure { () throws -> Int64 in
+                    Int64(try sb.withUnsafeMutableBytes { (x) throws -> Int in
+                        if let at { return try pair.secure.pread(into: x, at: at) }
+                        return try pair.secure.read(into: x)
+                    })
+                }
+                if locked { finding = expectLockedFailure("read", b); break }
+                let a = plain(pb.withUnsafeMutableBytes { x in
+                    if let at { return pread(pair.plain, x.baseAddress, x.count, off_t(at)) }
+                    return read(pair.plain, x.baseAddress, x.count)
+                })
+                log.append("\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)")
+                if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
+                else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
+            case 7, 8:  // readv / writev
+                let sizes = (0..<(1 + Int(c.u8() % 4))).map { _ in length() % 6000 }
+                if op % 16 == 7 {
+                    let datas = sizes.map { data($0) }
+                    let b = secure { () throws -> Int64 in
+                        let bufs = datas.map { d in d.withUnsafeBytes { $0 } }
+                        return Int64(try withExtendedLifetime(datas) { () throws -> Int in try pair.secure.writev(bufs) })
+                    }
+                    if locked { finding = expectLockedFailure("writev", b); break }
+                    var iov = datas.map { d in iovec(iov_base: UnsafeMutableRawPointer(mutating: d.withUnsafeBytes { $0.baseAddress }), iov_len: d.count) }
+                    let a = plain(withExtendedLifetime(datas) { writev(pair.plain, &iov, Int32(iov.count)) })
+                    log.append("\(step) writev[\(i)](\(sizes)) -> \(a)")
+                    if a != b.0 { finding = mismatch("writev(\(sizes))", a, b.0) }
+                } else {
+                    let total = sizes.reduce(0, +)
+                    var pb = [UInt8](repeating: 0, count: total), sb = [UInt8](repeating: 0, count: total)
+                    let b = secure { () throws -> Int64 in
+                        try sb.withUnsafeMutableBytes { (x) throws -> Int64 in
+                            var o = 0
+                            let bufs = sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(start: x.baseAddress.map { $0 + o }, count: s) }
+                            return Int64(try pair.secure.readv(bufs))
+                        }
+                    }
+                    if locked { finding = expectLockedFailure("readv", b); break }
+                    let a = plain(pb.withUnsafeMutableBytes { x in
+                        var o = 0
+                        var iov = sizes.map { s in defer { o += s }; return iovec(iov_base: x.baseAddress.map { $0 + o }, iov_len: s) }
+                        return readv(pair.plain, &iov, Int32(iov.count))
+                    })
+                    log.append("\(step) readv[\(i)](\(sizes)) -> \(a)")
+                    if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
+                    else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) readv: bytes differ") }
+                }
+            case 9:  // lseek
+                let whence = [SEEK_SET, SEEK_CUR, SEEK_END][Int(c.u8()) % 3]
+                let off = whence == SEEK_SET ? offset() : Int64(c.u16()) - 32768
+                let b = secure { () throws -> Int64 in try pair.secure.seek(off, whence: whence) }
+                if locked { finding = expectLockedFailure("lseek", b); break }
+                let a = plain(Int(lseek(pair.plain, off_t(off), whence)))
+                log.append("\(step) lseek[\(i)](\(off), \(whence)) -> \(a)")
+                if a != b.0 { finding = mismatch("lseek(\(off), \(whence))", a, b.0) }
+            case 10:  // ftruncate
+                let len = c.u8() == 0 ? -1 : offset()
+                let b = secure { () throws -> Int64 in try pair.secure.truncate(to: len); return 0 }
+                if locked { finding = expectLockedFailure("ftruncate", b); break }
+                let a = plain(Int(ftruncate(pair.plain, off_t(len))))
+                log.append("\(step) ftruncate[\(i)](\(len)) -> \(a)")
+                if a != b.0 { finding = mismatch("ftruncate(\(len))", a, b.0) }
+            case 11:  // fsync / fstat
+                let stat = c.u8() & 1 == 0
+                let b = secure { () throws -> Int64 in
+                    if stat { return Int64(try pair.secure.stat().st_size) }
+                    try pair.secure.sync(); return 0
+                }
+                if locked { finding = expectLockedFailure(stat ? "fstat" : "fsync", b); break }
+                var s = Glibc.stat()
+                let a: Outcome = stat ? (fstat(pair.plain, &s) == 0 ? .value(Int64(s.st_size)) : .failure(errno)) : plain(Int(fsync(pair.plain)))
+                log.append("\(step) \(stat ? "fstat" : "fsync")[\(i)] -> \(a)")
+                if a != b.0 { finding = mismatch(stat ? "fstat" : "fsync", a, b.0) }
+            case 12, 13:  // close, or reopen with the same flags (without O_EXCL / O_TRUNC)
+                let b = secure { () throws -> Int64 in try pair.secure.close(); return 0 }
+                let a = plain(Int(close(pair.plain)))
+                pairs.remove(at: i)
+                log.append("\(step) close[\(i)] -> \(a)")
+                if a != b.0 { finding = mismatch("close", a, b.0); break }
+                if op % 16 == 13 { finding = openPair(pair.flags & ~(O_EXCL | O_TRUNC)) }
+            case 14:  // lock: dirty chunks are flushed, keys and plaintext dropped
+                services.lock()
+                locked = true
+                log.append("\(step) lock")
+            default:  // unlock
+                if locked {
+                    do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+                    locked = false
+                    log.append("\(step) unlock")
+                }
+            }
+            if let finding { return finding }
+        }
+        if locked {
+            do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+        }
+        for p in pairs {
+            close(p.plain)
+            do { try p.secure.close() } catch { return FuzzFinding("final close failed: \(error.code.name) \(error.message)") }
+        }
+        pairs.removeAll()
+        // What reached the disk, read back through a fresh open, equals the plain file.
+        let expected = readFileBytes(st.plainPath)
+        var st2 = stat()
+        if lstat(st.securePath, &st2) != 0 {
+            return expected.isEmpty && access(st.plainPath, F_OK) != 0 ? nil : FuzzFinding("secure file missing at the end")
+        }
+        do {
+            let f = try SecureFile.open(st.securePath, flags: O_RDONLY, services: services)
+            defer { try? f.close() }
+            let got = try readAllSecure(f, step: 10_000)
+            if got != expected {
+                return FuzzFinding("final contents differ: secure \(got.count) bytes, plain \(expected.count)\n" + log.suffix(20).joined(separator: "\n"))
+            }
+        } catch {
+            return FuzzFinding("final read failed: \(error)\n" + log.suffix(20).joined(separator: "\n"))
+        }
+        return nil
+    }
+}
