@@ -1,0 +1,11 @@
+#include "CCompareCAPI.h"
+#include <ACSecureFile.h>
+#include <ACSecureServices.h>
+
+int CCompareCAPI_open(const char *path, int oflag, mode_t mode) {
+    return ACSecureFileOpen(path, oflag, mode);
+}
+
+int CCompareCAPI_startServices(const char *storeDirectory) {
+    return ACSecureServicesStart("acbench", storeDirectory);
+}

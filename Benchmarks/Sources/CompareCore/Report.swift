@@ -1,0 +1,114 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Turns samples into ratios against same-round baselines, checked against the issue's targets.
+struct Report {
+    let results: Results
+    let options: Comparison.Options
+    let engineLabel: String
+    let hasGocryptfs: Bool
+
+    /// One target: the engine's `metric` against `baseline` (a contender's same metric, or another metric).
+    struct Check {
+        var label: String
+        var metric: String
+        var baselineMetric: String
+        var baseline: String
+        var baselineLabel: String
+        var target: Double
+    }
+
+    var checks: [Check] {
+        var c: [Check] = [
+            Check(label: "seq write, 1 MiB calls", metric: "seqwrite 1 MiB", baselineMetric: "seqwrite 1 MiB", baseline: "plain", baselineLabel: "plain write", target: 0.6),
+            Check(label: "seq read, 1 MiB calls", metric: "seqread 1 MiB", baselineMetric: "openssl 4096", baseline: "openssl", baselineLabel: "OpenSSL AES-256-GCM @4 KiB", target: 0.75),
+            Check(label: "random 4 KiB pread", metric: "randread 4 KiB", baselineMetric: "randread 4 KiB", baseline: "plain", baselineLabel: "plain pread", target: 0.3),
+            Check(label: "100 B appends", metric: "append 100 B", baselineMetric: "append 100 B", baseline: "plain", baselineLabel: "plain write()", target: 1.0),
+            Check(label: "512 B appends", metric: "append 512 B", baselineMetric: "append 512 B", baseline: "plain", baselineLabel: "plain write()", target: 1.0),
+            Check(label: "random 4 KiB pwrite", metric: "randwrite 4 KiB", baselineMetric: "randwrite 4 KiB", baseline: "plain", baselineLabel: "plain pwrite", target: 0.3),
+        ]
+        if hasGocryptfs {
+            c.insert(Check(label: "seq write, 1 MiB calls", metric: "seqwrite 1 MiB", baselineMetric: "seqwrite 1 MiB", baseline: "gocryptfs", baselineLabel: "gocryptfs", target: 3), at: 1)
+            c.insert(Check(label: "seq read, 1 MiB calls", metric: "seqread 1 MiB", baselineMetric: "seqread 1 MiB", baseline: "gocryptfs", baselineLabel: "gocryptfs", target: 3), at: 3)
+            c.insert(Check(label: "random 4 KiB pread", metric: "randread 4 KiB", baselineMetric: "randread 4 KiB", baseline: "gocryptfs", baselineLabel: "gocryptfs", target: 8), at: 5)
+        }
+        return c
+    }
+
+    /// The median over rounds of engine(round) / baseline(round): each ratio pairs figures taken
+    /// seconds apart, so slow drifts in machine load cancel.
+    func ratio(_ c: Check) -> (median: Double, min: Double, max: Double)? {
+        guard let e = results.samples[c.metric]?["engine"], let b = results.samples[c.baselineMetric]?[c.baseline],
+              e.count == b.count, !e.isEmpty else { return nil }
+        let r = zip(e, b).map { $0 / $1 }.sorted()
+        let m = r.count % 2 == 1 ? r[r.count / 2] : (r[r.count / 2 - 1] + r[r.count / 2]) / 2
+        return (m, r.first!, r.last!)
+    }
+
+    func rate(_ metric: String, _ v: Double) -> String {
+        if metric.hasPrefix("rand") { return fmt("%.0fk ops/s", v / 1e3) }
+        return v >= 1e9 ? fmt("%.2f GB/s", v / 1e9) : fmt("%.0f MB/s", v / 1e6)
+    }
+
+    func markdown() -> String {
+        var s = "### Targets (engine ÷ baseline, median of per-round ratios, \(options.repetitions) rounds)\n\n"
+        s += "| Workload | Baseline | Ratio (min–max) | Target | Met |\n|---|---|---|---|---|\n"
+        for c in checks {
+            guard let r = ratio(c) else { continue }
+            s += "| \(c.label) | \(c.baselineLabel) | " + fmt("**%.2f×** (%.2f–%.2f) | ≥ %.2g×", r.median, r.min, r.max, c.target)
+            s += " | \(r.median >= c.target ? "yes" : "**no**") |\n"
+        }
+        if let rss = results.peakRSS["engine"] {
+            let plain = results.peakRSS["plain"] ?? 0
+            let streamed = options.streamPasses * options.fileSize
+            s += fmt("| peak RSS of a process streaming %d MiB written + %d MiB read | same process, plain I/O: %.1f MiB | **%.1f MiB** (+%.1f MiB) | < 32 MiB",
+                     streamed >> 20, streamed >> 20, Double(plain) / 1048576, Double(rss) / 1048576, Double(rss - plain) / 1048576)
+            s += " | \(rss < 32 << 20 ? "yes" : "**no**") |\n"
+        }
+        s += fmt("| storage overhead, %d MiB file | plaintext size | **%.3f %%** | ≤ 0.7 %%", options.fileSize >> 20, results.overhead * 100)
+        s += " | \(results.overhead <= 0.007 ? "yes" : "**no**") |\n"
+
+        let names = ["plain", "engine"] + (hasGocryptfs ? ["gocryptfs"] : [])
+        s += "\n### All workloads (median; spread = (max−min)/median over rounds)\n\n"
+        s += "| Workload | " + names.joined(separator: " | ") + " | engine ÷ plain" + (hasGocryptfs ? " | engine ÷ gocryptfs" : "") + " |\n"
+        s += "|---" + String(repeating: "|---", count: names.count + (hasGocryptfs ? 2 : 1)) + "|\n"
+        for metric in results.order where !metric.hasPrefix("openssl") {
+            s += "| \(metric) |"
+            for n in names {
+                if let m = results.median(metric, n) {
+                    s += " \(rate(metric, m))" + (results.spread(metric, n).map { fmt(" (±%.0f %%)", $0 * 50) } ?? "") + " |"
+                } else { s += " – |" }
+            }
+            for base in ["plain"] + (hasGocryptfs ? ["gocryptfs"] : []) {
+                let c = Check(label: "", metric: metric, baselineMetric: metric, baseline: base, baselineLabel: "", target: 0)
+                s += ratio(c).map { fmt(" %.2f×", $0.median) } ?? " –"
+                s += " |"
+            }
+            s += "\n"
+        }
+        for bytes in [4096, 65536] {
+            let metric = "openssl \(bytes)"
+            if let m = results.median(metric, "openssl") {
+                let c = Check(label: "", metric: "seqread 1 MiB", baselineMetric: metric, baseline: "openssl", baselineLabel: "", target: 0)
+                s += "| `openssl speed -evp aes-256-gcm -bytes \(bytes)` | \(rate(metric, m))"
+                s += results.spread(metric, "openssl").map { fmt(" (±%.0f %%)", $0 * 50) } ?? ""
+                s += fmt(" | engine seq read 1 MiB ÷ this: %.2f× |", ratio(c)?.median ?? 0)
+                s += String(repeating: " |", count: names.count + (hasGocryptfs ? 0 : -1)) + "\n"
+            }
+        }
+        s += "\nEngine driven through \(engineLabel). File \(options.fileSize >> 20) MiB, page cache warm, "
+        s += "\(options.repetitions) interleaved rounds; random I/O and appends run ≥ \(options.minSeconds) s per sample.\n"
+        return s
+    }
+
+    /// label, measured ratio, target: one line per check, for gnuplot.
+    func chartData() -> String {
+        var s = "# label ratio target\n"
+        for c in checks {
+            guard let r = ratio(c) else { continue }
+            s += "\"\(c.label)\\nvs \(c.baselineLabel)\" " + fmt("%.4f %.4f\n", r.median, c.target)
+        }
+        return s
+    }
+}

@@ -1,0 +1,24 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CShim
+import CCompareCAPI
+import CompareCore
+
+// The comparison with the engine behind the public C API (libACSecureFile.so): the very
+// functions a C program calls, open through the variadic ACSecureFileOpen compiled as C.
+let capi = IOBackend(
+    open: { CCompareCAPI_open($0, $1, $2) },
+    close: { ACSecureFileClose($0) },
+    read: { ACSecureFileRead($0, $1, $2) },
+    write: { ACSecureFileWrite($0, $1, $2) },
+    pread: { ACSecureFilePread($0, $1, $2, $3) },
+    pwrite: { ACSecureFilePwrite($0, $1, $2, $3) })
+
+struct StartError: Error, CustomStringConvertible { var description: String }
+
+Comparison.main(engine: capi, engineLabel: "the C API (libACSecureFile.so)") { store in
+    guard CCompareCAPI_startServices(store) == 0 else {
+        throw StartError(description: "ACSecureServicesStart: \(String(cString: strerror(errno)))")
+    }
+}
