@@ -43,6 +43,8 @@ let package = Package(
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
+        // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
+        .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation"], path: "Tests/ACSecureFoundationCrashHelper"),
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.

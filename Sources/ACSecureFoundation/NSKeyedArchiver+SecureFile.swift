@@ -46,15 +46,40 @@ extension NSKeyedUnarchiver {
         return object
     }
 
-    /// The NSSecureCoding path: decodes only objects of `classes`.
+    /// The NSSecureCoding path: decodes only objects of `classes` (or their subclasses); an archive
+    /// naming any other class fails with NSCocoaErrorDomain `coderReadCorrupt`.
     public static func unarchivedObject(ofClasses classes: [AnyClass], fromSecureFile path: String) throws -> Any? {
         let data = try Data(contentsOfSecureFile: path)
+        try checkClasses(in: data, allowed: classes, path: path)
         return try NSKeyedUnarchiver.unarchivedObject(ofClasses: classes, from: data)
     }
 
     /// The NSSecureCoding path for one class.
     public static func unarchivedObject<T: NSObject & NSSecureCoding>(ofClass cls: T.Type, fromSecureFile path: String) throws -> T? {
         let data = try Data(contentsOfSecureFile: path)
+        try checkClasses(in: data, allowed: [cls], path: path)
         return try NSKeyedUnarchiver.unarchivedObject(ofClass: cls, from: data)
+    }
+
+    /// Linux's Foundation traps (instead of throwing) when an archive holds a class that is not
+    /// allowed, so the class table is checked first: every class record's hierarchy (`$classes`)
+    /// must contain an allowed class name.
+    private static func checkClasses(in archive: Data, allowed: [AnyClass], path: String) throws {
+        let allowedNames = Set(allowed.map { NSStringFromClass($0) })
+        func corrupt(_ why: String) -> NSError {
+            NSError(domain: NSCocoaErrorDomain, code: CocoaError.coderReadCorrupt.rawValue,
+                    userInfo: [NSFilePathErrorKey: path, NSLocalizedDescriptionKey: "\(path): \(why)"])
+        }
+        guard let root = try? PropertyListSerialization.propertyList(from: archive, format: nil) as? [String: Any],
+              let objects = root["$objects"] as? [Any] else {
+            throw corrupt("not a keyed archive")
+        }
+        for case let record as [String: Any] in objects {
+            guard let hierarchy = record["$classes"] else { continue }
+            let names = (hierarchy as? [Any])?.compactMap { $0 as? String } ?? []
+            guard names.contains(where: allowedNames.contains) else {
+                throw corrupt("the archive holds an object of class \(names.first ?? "?"), which is not among the allowed classes")
+            }
+        }
     }
 }
