@@ -28,7 +28,7 @@ enum Passcode {
             count += 1
         }
         byte = 0
-        guard sawAnything else { throw CLIError(.usage, "no \(what) on standard input (end of input)") }
+        guard sawAnything else { throw CLIError(.usage, "no \(what) given (end of input)") }
         if count > 0 && line[count - 1] == UInt8(ascii: "\r") { count -= 1 }
         return line.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     }
@@ -79,8 +79,9 @@ enum Passcode {
         return first
     }
 
+    /// The variable's value; nil when unset or empty (an empty passcode is never valid).
     static func fromEnvironment(_ name: String) -> SecureBytes? {
-        guard let v = getenv(name) else { return nil }
+        guard let v = getenv(name), v[0] != 0 else { return nil }
         return SecureBytes(copying: UnsafeRawBufferPointer(start: v, count: strlen(v)))
     }
 }

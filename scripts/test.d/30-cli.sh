@@ -227,6 +227,26 @@ expect "demo removed its temp dir" test -z "$(ls -A "$work/tmp")"
 ACSECURE_HOME="$work/unused" run 0 "demo --dir --keep" demo --dir "$work/demo" --keep
 expect "demo --keep kept the encrypted sample" test -s "$work/demo/sample.txt.acsf"
 
+# --- prompts on a terminal (script(1) gives acsecure a pseudo-terminal): passcodes are read
+# without echo. Input is sent after a pause because acsecure flushes typed-ahead input when it
+# turns echo off, as getpass does.
+if command -v script >/dev/null 2>&1; then
+  tty_home="$work/tty-store"
+  (sleep 2; printf '%s\n' "$PASS1"; sleep 1; printf '%s\n' "$PASS1"; sleep 1) |
+    ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= script -qec "$bin init" /dev/null >out 2>err
+  expect "init asks for the passcode on the terminal" grep -q "Repeat the new passcode" out
+  expect "init created a passcode store" grep -q "passcode: set" out
+  clean_output "init on a terminal (no echo)"
+  (sleep 2; printf '%s\n' "$PASS1"; sleep 1) |
+    ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= script -qec "$bin unlock" /dev/null >out 2>err
+  expect "unlock on a terminal accepts the passcode" grep -q "passcode OK" out
+  clean_output "unlock on a terminal (no echo)"
+  (sleep 2; printf 'no\n'; sleep 1) | ACSECURE_HOME="$tty_home" script -qec "$bin retire" /dev/null >out 2>err
+  expect "retire on a terminal without 'retire' typed keeps the store" test -e "$tty_home/seed"
+else
+  echo "  skip  terminal prompts (no script(1))"
+fi
+
 # --- retire
 run 1 "retire refuses without confirmation" retire
 expect "store still there after refusal" test -e "$ACSECURE_HOME/seed"
