@@ -1,0 +1,2 @@
+import XCTest
+final class PlaceholderTests_ACSecureSharingTests: XCTestCase { func testNothing() {} }
