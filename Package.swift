@@ -46,6 +46,8 @@ let package = Package(
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation"], path: "Tests/ACSecureFoundationCrashHelper"),
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
+        .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "fuzz/Harness"),

@@ -347,6 +347,11 @@ enum OpenFiles {
         return try result.get()
     }
 
+    /// How many handles this process has open on `identity`, whatever their key provider.
+    static func handleCount(_ identity: SharedFile.Identity) -> Int {
+        table.withLock { $0.reduce(0) { $0 + ($1.key.identity == identity ? $1.value.refCount : 0) } }
+    }
+
     /// The plaintext size of a file this process has open (it may include cached writes), if any.
     static func openSize(device: UInt64, inode: UInt64) -> Int64? {
         let identity = SharedFile.Identity(device: device, inode: inode)

@@ -37,6 +37,14 @@ public enum SecureFileSystem {
         return st
     }
 
+    /// How many secure file handles this process has open on the file at `path` (symbolic links are
+    /// followed, as `open` follows them). Other processes' handles are not counted.
+    public static func openHandleCount(_ path: String) throws(SecureFileError) -> Int {
+        var st = Glibc.stat()
+        guard stat(path, &st) == 0 else { throw .posix(errno, path) }
+        return OpenFiles.handleCount(SharedFile.Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
+    }
+
     /// `truncate(2)` on a secure file.
     public static func truncate(_ path: String, to length: Int64, key: KeySelection = .app,
                                 services: (any KeyProvider)? = nil) throws(SecureFileError) {

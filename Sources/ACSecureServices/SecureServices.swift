@@ -231,6 +231,17 @@ public final class SecureServices: Sendable {
         }
     }
 
+    /// The key-encryption key of extension wrapped files (the key a crypto block carries): one per
+    /// encryption group, or one for every app of this store when `groupID` is nil. It is distinct from
+    /// the app and group file keys, so whoever holds a crypto block can wrap and unwrap wrapped files
+    /// but cannot open the provider's own files or the group's files.
+    /// - Throws: `.noKeys` while unavailable, `.invalidArgument` for an empty group ID.
+    public func wrappedFileKeyEncryptionKey(groupID: String?) throws(SecureServicesError) -> KeyEncryptionKey {
+        guard let groupID else { return try makeKEK(info: lengthPrefixed("wrapped-file-kek-all", ""), keyClass: .cryptoBlock) }
+        guard !groupID.isEmpty else { throw SecureServicesError(.invalidArgument, "the shared group ID must not be empty (pass nil for every app)") }
+        return try makeKEK(info: lengthPrefixed("wrapped-file-kek-group", groupID), keyClass: .cryptoBlock)
+    }
+
     /// A 32-byte key unique to this app, this store and `identifier` (`derivedAppKeyWithIdentifier:`).
     public func derivedAppKey(identifier: String) throws(SecureServicesError) -> SecureBytes {
         guard !identifier.isEmpty else { throw SecureServicesError(.invalidArgument, "the identifier must not be empty") }

@@ -1,0 +1,148 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import ACSecureFileCore
+
+/// Reads a wrapped file's original bytes (the reference's `ACWrappedFileReadHandle`), with the read
+/// methods of `ACFileHandle`/`FileHandle`. Offsets count from the first byte of the original file (the
+/// name record is invisible). Every method throws an `NSError` (as the reference's `error:` forms do)
+/// instead of raising: a failed read never returns partial or unauthenticated bytes.
+/// Safe to use from several threads (calls are serialised).
+public final class ACWrappedFileReadHandle: @unchecked Sendable {
+    /// The name the extension gave the file (authenticated: it was encrypted with the contents).
+    public let actualFileName: String
+
+    private let file: SecureFile
+    private let contentOffset: Int64
+    private let lock = NSLock()
+    private var position: Int64 = 0
+    private var closed = false
+
+    init(file: SecureFile, actualFileName: String, contentOffset: Int64) {
+        self.file = file
+        self.actualFileName = actualFileName
+        self.contentOffset = contentOffset
+    }
+
+    deinit {
+        if !closed { try? file.close() }
+    }
+
+    /// The length of the original file.
+    public var length: UInt64 {
+        get throws { try locked { () throws(SecureFileError) in UInt64(try contentLength()) } }
+    }
+
+    // MARK: reading
+
+    /// Up to `length` bytes from the current offset; empty at the end of the file.
+    public func readData(ofLength length: Int) throws -> Data {
+        guard length >= 0 else { throw ACSharingErrors.invalidArgument("\(file.path): negative read length") }
+        return try locked { () throws(SecureFileError) in try read(max: length) }
+    }
+
+    /// Everything from the current offset to the end.
+    public func readDataToEndOfFile() throws -> Data {
+        try locked { () throws(SecureFileError) in
+            let remaining = max(0, try contentLength() - position)
+            return try read(max: Int(clamping: remaining))
+        }
+    }
+
+    /// `FileHandle.availableData`: for a file, the rest of it.
+    public var availableData: Data {
+        get throws { try readDataToEndOfFile() }
+    }
+
+    /// `FileHandle.read(upToCount:)`: nil at the end of the file.
+    public func read(upToCount count: Int) throws -> Data? {
+        let d = try readData(ofLength: count)
+        return d.isEmpty && count > 0 ? nil : d
+    }
+
+    /// `FileHandle.readToEnd()`: nil at the end of the file.
+    public func readToEnd() throws -> Data? {
+        let d = try readDataToEndOfFile()
+        return d.isEmpty ? nil : d
+    }
+
+    // MARK: offset
+
+    /// The current offset (0 after the handle is closed).
+    public var offsetInFile: UInt64 { lock.withLock { UInt64(position) } }
+
+    public func offset() throws -> UInt64 {
+        try locked { () throws(SecureFileError) in UInt64(position) }
+    }
+
+    /// Moves to `offset` (it may be past the end: reads there return no bytes).
+    public func seek(toFileOffset offset: UInt64) throws {
+        guard let o = Int64(exactly: offset), o <= SecureFile.maximumFileSize else {
+            throw ACSharingErrors.make(SecureFileError(code: .fileTooBig, errno: EINVAL, message: "\(file.path): offset \(offset) is too large"))
+        }
+        try locked { () throws(SecureFileError) in position = o }
+    }
+
+    public func seek(toOffset offset: UInt64) throws { try seek(toFileOffset: offset) }
+
+    /// Moves to the end; returns the new offset (the file's length).
+    @discardableResult
+    public func seekToEndOfFile() throws -> UInt64 {
+        try locked { () throws(SecureFileError) in
+            position = try contentLength()
+            return UInt64(position)
+        }
+    }
+
+    @discardableResult
+    public func seekToEnd() throws -> UInt64 { try seekToEndOfFile() }
+
+    // MARK: closing
+
+    /// Closes the handle; later calls fail with `EBADF`. Closing twice is harmless.
+    public func close() throws {
+        try lock.withLock {
+            guard !closed else { return }
+            closed = true
+            position = 0
+            try ACSharingErrors.bridging { () throws(SecureFileError) in try file.close() }
+        }
+    }
+
+    /// `FileHandle.closeFile()`.
+    public func closeFile() { try? close() }
+
+    // MARK: private
+
+    private func locked<R>(_ body: () throws(SecureFileError) -> R) throws -> R {
+        try lock.withLock {
+            guard !closed else { throw ACSharingErrors.make(.posix(EBADF, "\(file.path) (closed)")) }
+            return try ACSharingErrors.bridging(body)
+        }
+    }
+
+    private func contentLength() throws(SecureFileError) -> Int64 {
+        max(0, try file.size - contentOffset)
+    }
+
+    /// Reads up to `count` bytes at `position` and advances it. Called with the lock held.
+    private func read(max count: Int) throws(SecureFileError) -> Data {
+        let available = try contentLength() - position
+        let n = Int(clamping: min(Int64(count), max(0, available)))
+        guard n > 0 else { return Data() }
+        var data = Data(count: n)
+        var done = 0
+        let start = contentOffset + position
+        try data.withMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+            while done < n {
+                let m = try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: b[done..<n]), at: start + Int64(done))
+                if m == 0 { break }
+                done += m
+            }
+        }
+        if done < n { data.removeSubrange(done..<n) }
+        position += Int64(done)
+        return data
+    }
+}

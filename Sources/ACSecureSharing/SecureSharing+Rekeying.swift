@@ -1,0 +1,103 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// Re-keying secure files: moving them between keys without re-encryption, and rotating data keys.
+public enum SecureSharing {
+    /// Re-shares a file: re-wraps its data key from one key-encryption key to another (app → group,
+    /// group → group, group → app). Only the 128-byte header is rewritten (one `pwrite` and an
+    /// `fsync`): the cost does not depend on the file's size, and no chunk is touched.
+    ///
+    /// Handles this process has open on the file keep working.
+    /// - Throws: `SecureFileError`: `badKeyOrCorruptData` when `from` is not the file's key (the file is
+    ///   unchanged), `noKeys` while services are unavailable, `invalidArgument` for an empty group ID.
+    public static func reshare(_ path: String, from: KeySelection, to: KeySelection,
+                               services: (any KeyProvider)? = nil) throws(SecureFileError) {
+        try SecureFileSystem.rewrap(path, from: from, to: to, services: services)
+    }
+
+    /// Re-shares a file under a wrapped-file key (the key of a crypto block): afterwards it opens with
+    /// `ACUnwrappedFile` only if its plaintext starts with a wrapped-file name record, so this is meant
+    /// for files written through a `FixedKeyProvider`.
+    public static func reshare(_ path: String, from: KeySelection, toKey kek: KeyEncryptionKey,
+                               services: (any KeyProvider)? = nil) throws(SecureFileError) {
+        try SecureFileSystem.rewrap(path, from: from, toKey: kek, recordAs: nil, services: services)
+    }
+
+    /// Rotates the file's data key: the plaintext is re-encrypted under a fresh data key (and a new
+    /// file ID) into a temporary secure file in the same directory, which is synced and renamed over
+    /// the original. Memory stays bounded (one 1 MiB guarded buffer) whatever the file's size.
+    ///
+    /// Rules: the file must not be open in this process (checked: `EBUSY`); other processes that have
+    /// it open keep reading the old file (the rename replaces the directory entry), so rotate only when
+    /// no other process uses it. A crash leaves either the old or the new file at `path` (plus, at
+    /// worst, a `.<name>.rotate-*` temporary file to delete).
+    ///
+    /// - Parameters:
+    ///   - key: the file's key selection; the rotated file is wrapped under the same key.
+    /// - Throws: `SecureFileError`: `EBUSY` + `invalidArgument` if the file is open in this process,
+    ///   `badKeyOrCorruptData` if `key` does not open it or a chunk fails authentication (the original
+    ///   is left unchanged), I/O errors naming the path.
+    public static func rotateDataKey(_ path: String, key: KeySelection = .app,
+                                     services: (any KeyProvider)? = nil) throws(SecureFileError) {
+        let open = try SecureFileSystem.openHandleCount(path)
+        guard open == 0 else {
+            throw SecureFileError(code: .invalidArgument, errno: EBUSY,
+                                  message: "\(path): open in this process (\(open) handle\(open == 1 ? "" : "s")); close it before rotating its data key")
+        }
+        let source = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key, services: services)
+        defer { try? source.close() }
+        let st = try source.stat()
+        let temporary = try temporarySibling(of: path, purpose: "rotate")
+        let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, key: key, services: services)
+        do throws(SecureFileError) {
+            let buffer = SecureBytes(count: 1 << 20)
+            try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+                var at: Int64 = 0
+                while true {
+                    let n = try source.pread(into: b, at: at)
+                    if n == 0 { break }
+                    var done = 0
+                    while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                    at += Int64(n)
+                }
+            }
+            guard fchmod(out.fileDescriptor, st.st_mode & 0o7777) == 0 else { throw SecureFileError.posix(errno, "\(temporary): fchmod") }
+            try out.sync()
+            try out.close()
+            // Re-check just before replacing the file: an open that raced us would be left on the old inode.
+            let now = try SecureFileSystem.openHandleCount(path)
+            guard now == 1 else {
+                throw SecureFileError(code: .invalidArgument, errno: EBUSY, message: "\(path): opened in this process during the rotation; not replaced")
+            }
+            try SecureFileSystem.rename(temporary, path)
+        } catch {
+            try? out.close()
+            unlink(temporary)
+            throw error
+        }
+        syncDirectory(of: path)
+    }
+
+    // MARK: helpers shared with ACWrappedFile
+
+    /// `<dir>/.<name>.<purpose>-<random>`: a fresh name next to `path`, on the same file system.
+    static func temporarySibling(of path: String, purpose: String) throws(SecureFileError) -> String {
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { String(path[..<$0]) } ?? "."
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        guard !name.isEmpty else { throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(path): names a directory") }
+        let random = SecureRandom.bytes(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        return (directory.isEmpty ? "" : directory) + "/." + name + "." + purpose + "-" + random
+    }
+
+    /// Makes a rename in `path`'s directory durable (best effort: some file systems refuse to fsync a directory).
+    static func syncDirectory(of path: String) {
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        let fd = Glibc.open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 { _ = fsync(fd); close(fd) }
+    }
+}
