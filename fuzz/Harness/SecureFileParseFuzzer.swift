@@ -63,7 +63,7 @@ public enum SecureFileParseFuzzer {
         let file = cursor.isAtEnd ? [] : (cursor.u8() % 4 == 0 ? Array(input.dropFirst()) : mutate(t, &cursor))
         guard writeFileBytes(t.path, file) else { return FuzzFinding("cannot write the input file") }
         defer { unlink(t.path) }
-        return check(t, fileBytes: file, readStep: 1 + Int(input.last ?? 0) * 97)
+        return check(t, fileBytes: file, readStep: 61 + Int(input.last ?? 0) * 97)
     }
 
     static func mutate(_ t: Template, _ c: inout ByteCursor) -> [UInt8] {

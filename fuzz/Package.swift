@@ -1,0 +1,31 @@
+// swift-tools-version: 6.1
+// libFuzzer targets for the secure file engine, kept out of the library's own build (as swift-nio-http2's
+// FuzzTesting/). Build and run them with scripts/test.d/40-fuzz-smoke.sh, or by hand:
+//
+//     cd fuzz && SWIFT_BACKTRACE=enable=no swift build --product FuzzSecureFileParse --sanitize fuzzer --sanitize address
+//     .build/debug/FuzzSecureFileParse Corpus/FuzzSecureFileParse -max_total_time=60
+//
+// The fuzz logic lives in Harness/ (also built by the main package as ACSecureFuzzHarness, so the unit
+// tests replay Corpus/ and FailCases/ without sanitizers).
+import PackageDescription
+import Foundation
+
+// A path dependency's identity is its directory name, which depends on where the repository was cloned.
+let parentIdentity = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "ACSecureFileFuzz",
+    products: [
+        .executable(name: "FuzzSecureFileParse", targets: ["FuzzSecureFileParse"]),
+        .executable(name: "FuzzOperationSequence", targets: ["FuzzOperationSequence"]),
+    ],
+    dependencies: [
+        .package(path: ".."),
+    ],
+    targets: [
+        .target(name: "FuzzHarness", dependencies: [.product(name: "ACSecureFileKit", package: parentIdentity)], path: "Harness"),
+        .executableTarget(name: "FuzzSecureFileParse", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzOperationSequence", dependencies: ["FuzzHarness"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
