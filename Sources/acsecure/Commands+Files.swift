@@ -5,6 +5,7 @@ import ArgumentParser
 import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
+import ACSecureSharing
 
 /// The key that opens `path`, from its header: the app key, or the encryption group among
 /// `groups` whose key fingerprint matches.
@@ -245,7 +246,8 @@ struct Rekey: ParsableCommand {
             Each file is stream-copied into a new secure file beside it (same key-encryption key, \
             new random data key), synced, and renamed over the original: a crash leaves either the \
             old or the new file. The rename gives the file a new inode, so hard links to it keep the \
-            old version; writes made by other processes during the copy are lost.
+            old version; writes made by other processes during the copy are lost \
+            (SecureSharing.rotateDataKey).
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -261,41 +263,9 @@ struct Rekey: ParsableCommand {
         try forEachPath(files) { (path) throws(CLIError) in
             let info = try secureInfo(path)
             let key = try keys.selection(for: path, info: info, services: services)
-            try rekey(path, key: key, plaintextSize: info.plaintextSize, services: services)
+            do throws(SecureFileError) { try SecureSharing.rotateDataKey(path, key: key, services: services) } catch { throw CLIError(error) }
             let after = try secureInfo(path)
             print("\(path): new data key and file ID \(hex(after.fileID)) (\(after.plaintextSize) bytes re-encrypted)")
         }
     }
-}
-
-/// Copies `path` into a new secure file with a fresh data key and renames it over the original.
-func rekey(_ path: String, key: KeySelection, plaintextSize: Int64, services: SecureServices) throws(CLIError) {
-    var st = stat()
-    guard lstat(path, &st) == 0 else { throw CLIError.posix(errno, path) }
-    let source = try openSecure(path, flags: O_RDONLY, key: key, services: services)
-    defer { try? source.close() }
-    let pending = try PendingOutput(destination: path, force: true)
-    let target = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o600, key: key, services: services)
-    _ = fchmod(target.fileDescriptor, st.st_mode & 0o7777)
-    let buffer = SecureBytes(count: streamBufferSize)
-    let progress = Progress.make("rekey \(path)", total: plaintextSize)
-    var total: Int64 = 0
-    do {
-        while true {
-            let n = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try source.read(into: b) }
-            if n == 0 { break }
-            try buffer.withUnsafeBytes { (b) throws(SecureFileError) in
-                var done = 0
-                while done < n { done += try target.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
-            }
-            total += Int64(n)
-            progress?.update(total)
-        }
-    } catch {
-        try? target.close()
-        throw CLIError(error)
-    }
-    progress?.finish()
-    try closeSecure(target, sync: true)
-    try pending.commit(force: true)
 }

@@ -50,7 +50,7 @@ expect() { local name="$1"; shift; if "$@"; then ok "$name"; else fail "$name"; 
 clean_output() {
   if grep -q -e "$MARKER" -e "$PASS1" -e "$PASS2" out err; then fail "$1: plaintext or passcode in the output"; else ok "$1: no plaintext or passcode in the output"; fi
 }
-no_temp_files() { ! ls -A "$1" | grep -q 'acsecure-tmp'; }
+no_temp_files() { ! ls -A "$1" | grep -qE 'acsecure-tmp|\.rotate-'; }
 
 # A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
 for i in $(seq 1 3000); do echo "line $i $MARKER secret payroll data"; done >plain.txt
