@@ -74,8 +74,10 @@ public enum Comparison {
         let sizes = [(4096, "4 KiB"), (65536, "64 KiB"), (1 << 20, "1 MiB")]
         for round in 1...o.repetitions {
             let t0 = now()
+            // 1 MiB last: it writes the whole file, which the reads below need.
             for (size, label) in sizes {
-                for c in contenders { results.add("seqwrite \(label)", c.name, try w.sequentialWrite(c, "data", callSize: size)) }
+                let cap = size < 1 << 20 ? 4 * o.minSeconds : .infinity
+                for c in contenders { results.add("seqwrite \(label)", c.name, try w.sequentialWrite(c, "data", callSize: size, maxSeconds: cap)) }
             }
             for (size, label) in sizes {
                 for c in contenders { results.add("seqread \(label)", c.name, try w.sequentialRead(c, "data", callSize: size)) }

@@ -54,7 +54,9 @@ struct Workloads {
     }
 
     /// Creates the file and writes `fileSize` bytes in calls of `callSize`; close included.
-    func sequentialWrite(_ c: Contender, _ file: String, callSize: Int) throws -> Double {
+    /// With `maxSeconds`, stops early once that much time has passed (slow contenders at small call
+    /// sizes would otherwise take minutes); the file is then shorter.
+    func sequentialWrite(_ c: Contender, _ file: String, callSize: Int, maxSeconds: Double = .infinity) throws -> Double {
         let b = c.backend, path = c.path(file)
         removeUntimed(path)
         let t0 = now()
@@ -66,9 +68,10 @@ struct Workloads {
             let src = source.baseAddress! + (done & (source.count - 1) & ~(callSize - 1))
             guard b.write(fd, src, n) == n else { throw WorkloadError("write", path) }
             done += n
+            if done & ((64 * callSize) - 1) == 0, now() - t0 > maxSeconds { break }
         }
         guard b.close(fd) == 0 else { throw WorkloadError("close", path) }
-        return Double(fileSize) / (now() - t0)
+        return Double(done) / (now() - t0)
     }
 
     /// Reads the whole file in calls of `callSize`; open and close included.
