@@ -259,6 +259,19 @@ public final class SecureFile: @unchecked Sendable {
         }
     }
 
+    /// Bytes that follow the authenticated end of the file: 0 for an intact file. Non-zero after a
+    /// torn extension (a crash inside a write that grew the file) or when bytes were appended by
+    /// someone else. They are never returned by a read, and the next change of the file removes them;
+    /// a verifier should report them.
+    public var bytesAfterAuthenticatedEnd: Int64 {
+        get throws(SecureFileError) {
+            try locked(.none) { (s: SharedFile) throws(SecureFileError) -> Int64 in
+                try s.verifyTrailerIfNeeded()
+                return s.bytesAfterAuthenticatedEnd
+            }
+        }
+    }
+
     /// Runs `body` on the shared state with the file locked and keys loaded (engine extensions).
     func withShared<R>(_ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
         try locked(.none, body)
@@ -415,12 +428,16 @@ enum OpenFiles {
                                       / Int64(layout.physicalChunkSize) * Int64(layout.chunkSize))
                 shared.size = shared.diskSize
                 try shared.ensureKeys()
+                try verifyLengthTolerantly(shared)
                 if truncate { try shared.truncate(to: 0) }
                 return shared
             }
             shared.diskSize = size
             shared.size = size
             try shared.ensureKeys()
+            // The length is authenticated at open (O(1)); a torn tail is recovered here. A file whose
+            // length does not authenticate at all still opens: its tail reports the error when read.
+            try verifyLengthTolerantly(shared)
             if truncate { try shared.truncate(to: 0) }
         case .failure(let why):
             if physical == 0 {
@@ -437,6 +454,14 @@ enum OpenFiles {
             }
         }
         return shared
+    }
+
+    /// Authenticates the length at open: I/O errors fail the open, a length that does not
+    /// authenticate is left for the reads of the tail to report.
+    private static func verifyLengthTolerantly(_ shared: SharedFile) throws(SecureFileError) {
+        do { try shared.verifyTrailerIfNeeded() } catch {
+            if error.code != .badKeyOrCorruptData { throw error }
+        }
     }
 
     /// Before services lock, every file they serve writes its dirty chunk and forgets keys and plaintext.

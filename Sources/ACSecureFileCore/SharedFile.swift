@@ -44,6 +44,11 @@ final class SharedFile: @unchecked Sendable {
     var size: Int64 = 0
     var diskSize: Int64 = 0
     var tailVerified = false
+    /// The physical end of the last complete file when bytes of a torn extension follow it; they are
+    /// cut off before the next change.
+    var pendingTailRepair: Int64?
+    /// How many bytes follow the authenticated end (0 normally): a torn extension, or tampering.
+    var bytesAfterAuthenticatedEnd: Int64 = 0
 
     // The one-chunk cache: a write-back cache for small writes, a read cache for partial reads.
     var cacheIndex: Int64 = -1
@@ -242,22 +247,70 @@ final class SharedFile: @unchecked Sendable {
     }
 
     /// Checks the trailer: that the file has exactly the length it was written with.
+    ///
+    /// An extension of the file is written beyond the old end first, so a torn extension (power loss,
+    /// a kill inside a large write) leaves the previous complete file followed by some of the new
+    /// bytes. When the trailer at the end does not authenticate, the last end within one write batch
+    /// at which a trailer does is taken as the file's end; the bytes after it are never returned and
+    /// are cut off before the next change. Truncation is still detected: a cut never leaves a
+    /// trailer that authenticates (only a complete write puts one there).
     func verifyTrailerIfNeeded() throws(SecureFileError) {
-        guard !tailVerified, let header, let cipher else { return }
+        guard !tailVerified, header != nil, cipher != nil else { return }
+        let end = layout.physicalSize(forPlaintextSize: diskSize)
         var t = [UInt8](repeating: 0, count: FileLayout.trailerSize)
-        let at = layout.physicalSize(forPlaintextSize: diskSize) - Int64(FileLayout.trailerSize)
-        let got = try checkIO(t.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, at) }, "read trailer")
-        let aad = FileLayout.trailerAAD(fileID: header.fileID, size: diskSize)
-        let ok = got == t.count && t.withUnsafeBytes { tb in
-            aad.withUnsafeBytes { a in
-                cipher.open(nonce: tb.baseAddress!, aad: a, ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
-                            tag: tb.baseAddress! + FileLayout.nonceSize, plaintext: workBase)
-            }
+        let got = try checkIO(t.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, end - Int64(FileLayout.trailerSize)) }, "read trailer")
+        let physical = try checkIO(Sys.fstat(ioFD), "fstat").st_size
+        if got == t.count, Int64(physical) == end, t.withUnsafeBytes({ trailerAuthenticates($0.baseAddress!, size: diskSize) }) {
+            tailVerified = true
+            return
         }
-        guard ok else {
+        guard let (validEnd, validSize) = try findLastValidEnd(physical: Int64(physical)) else {
             throw .ace(.badKeyOrCorruptData, "\(path): length check failed (file truncated, extended or torn)")
         }
+        diskSize = validSize
+        size = max(validSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
+        if cacheIndex >= diskChunks && !cacheDirty { cacheIndex = -1 }
+        pendingTailRepair = validEnd < Int64(physical) ? validEnd : nil
+        bytesAfterAuthenticatedEnd = Int64(physical) - validEnd
         tailVerified = true
+    }
+
+    private func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64) -> Bool {
+        guard let cipher else { return false }
+        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
+        return cipher.open(nonce: t, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+                           ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
+                           tag: t + FileLayout.nonceSize, plaintext: workBase)
+    }
+
+    /// Scans back from the physical end, over at most one write batch, for the last position at
+    /// which a trailer authenticates the length that position implies.
+    private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
+        let minimumEnd = Int64(FileLayout.headerSize + FileLayout.trailerSize)
+        guard physical >= minimumEnd else { return nil }
+        let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * Int64(layout.physicalChunkSize)
+        let lowestEnd = max(minimumEnd, physical - window)
+        let from = lowestEnd - Int64(FileLayout.trailerSize)
+        let count = Int(physical - from)
+        let buf = ensureScratch(count)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
+        var end = from + Int64(got)
+        while end >= lowestEnd {
+            if let size = layout.plaintextSize(forPhysicalSize: end),
+               trailerAuthenticates(buf + Int(end - from) - FileLayout.trailerSize, size: size) {
+                return (end, size)
+            }
+            end -= 1
+        }
+        return nil
+    }
+
+    /// Cuts off what a torn extension left after the last complete file, before the file changes.
+    private func repairTornTailIfNeeded() throws(SecureFileError) {
+        guard let end = pendingTailRepair else { return }
+        try checkIO(Sys.ftruncate(ioFD, end), "truncate torn tail")
+        pendingTailRepair = nil
+        bytesAfterAuthenticatedEnd = 0
     }
 
     /// Makes chunk `index` the cached chunk (flushing a dirty one first).
@@ -360,8 +413,10 @@ final class SharedFile: @unchecked Sendable {
             let k = Int(min(Int64(maxBatch), end - i))
             let lastIndex = i + Int64(k) - 1
             let lastLength = length(lastIndex)
-            let touchesEnd = lastIndex >= diskChunks - 1
-            let newDiskSize = touchesEnd ? lastIndex << Int64(layout.chunkShift) + Int64(lastLength) : diskSize
+            let reachesEnd = lastIndex >= diskChunks - 1
+            let newDiskSize = reachesEnd ? lastIndex << Int64(layout.chunkShift) + Int64(lastLength) : diskSize
+            // The trailer only authenticates the length: rewriting the last chunk in place leaves it be.
+            let touchesEnd = reachesEnd && (newDiskSize != diskSize || !tailVerified)
             let bytes = (k - 1) * physical + lastLength + FileLayout.chunkOverhead + (touchesEnd ? FileLayout.trailerSize : 0)
             let buf = ensureScratch(bytes)
             // A fresh random nonce for every chunk written, even when rewriting the same chunk.
@@ -387,7 +442,18 @@ final class SharedFile: @unchecked Sendable {
                 try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
             }
             do {
-                try checkIO(Sys.pwriteFull(ioFD, buf, bytes, layout.chunkOffset(i)), "write")
+                try repairTornTailIfNeeded()
+                let start = layout.chunkOffset(i)
+                let oldEnd = layout.physicalSize(forPlaintextSize: diskSize)
+                if touchesEnd, start < oldEnd, start + Int64(bytes) > oldEnd {
+                    // Beyond the old end first (it ends with the new trailer), then the rest: a
+                    // trailer that authenticates stays on disk throughout, even if a write is torn.
+                    let split = Int(oldEnd - start)
+                    try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write")
+                    try checkIO(Sys.pwriteFull(ioFD, buf, split, start), "write")
+                } else {
+                    try checkIO(Sys.pwriteFull(ioFD, buf, bytes, start), "write")
+                }
             } catch {
                 resynchronizeAfterFailedWrite()
                 throw error
@@ -404,6 +470,7 @@ final class SharedFile: @unchecked Sendable {
     func truncate(to length: Int64) throws(SecureFileError) {
         try initializeIfNeeded()
         try flushCache()
+        try repairTornTailIfNeeded()
         cacheIndex = -1
         cacheLength = 0
         cache.wipe()
@@ -508,6 +575,7 @@ final class SharedFile: @unchecked Sendable {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize
         }
         size = max(diskSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
+        _ = try? verifyTrailerIfNeeded()
     }
 
     @discardableResult

@@ -33,8 +33,20 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     }
     defer { try? file.close() }
 
+    // The length first: the engine authenticates it at open and reports anything after the
+    // authenticated end (a torn write or appended bytes), which reads never return.
+    let size: Int64
+    do {
+        let extra = try file.bytesAfterAuthenticatedEnd
+        if extra > 0 {
+            return .failed(reason: "\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
+        }
+        size = try file.size
+    } catch {
+        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
+        return .failed(reason: "\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
+    }
     let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
-    let size = info.plaintextSize
     let chunks = layout.chunkCount(forSize: size)
     let chunkSize = info.chunkSize
     let block = max(chunkSize, streamBufferSize / chunkSize * chunkSize)

@@ -256,13 +256,12 @@ final class CrashConsistencyTests: XCTestCase {
     /// An append to a file whose size is a multiple of the chunk size writes the new chunk over the
     /// old trailer. Torn after a few bytes, the synced chunks before it must still read.
     ///
-    /// KNOWN BUG (reported with issue 7, not fixed: it needs a format/engine design change): torn
-    /// within the first ~40 bytes, the old trailer is gone and the new one is not there, so the length
-    /// check fails and the LAST SYNCED CHUNK becomes unreadable (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR,
-    /// never wrong bytes). Runs with ACSECURE_RUN_KNOWN_BUGS=1.
+    /// Regression for a bug found here: torn within its first bytes, such an append destroyed the
+    /// only valid trailer and the last synced chunk became unreadable. The engine now writes the part
+    /// beyond the old end (with the new trailer) first, and recovers the last valid end on open.
     func testTornAppendAtAChunkBoundaryKeepsSyncedChunksReadable() throws {
-        try XCTSkipUnless(ProcessInfoless.env("ACSECURE_RUN_KNOWN_BUGS") == "1",
-                          "known bug: a torn append at a chunk boundary makes the last synced chunk unreadable (ACSECURE_RUN_KNOWN_BUGS=1 runs it)")
+        // Regression: a torn append used to destroy the only valid trailer, making the last synced
+        // chunk unreadable. Extensions are now written beyond the old end first.
         let env = try TestEnvironment()
         var rng = SplitMix64(seed: 42)
         var abandoned: [SecureFile] = []

@@ -33,11 +33,12 @@ final class TamperSuiteTests: XCTestCase {
     }
 
     enum Verdict: Equatable { case intact, detected }
-    var counts = (cases: 0, detectedOnOpen: 0, detectedOnRead: 0)
+    var counts = (cases: 0, detectedOnOpen: 0, detectedOnRead: 0, detectedAfterEnd: 0)
 
     /// Stores `raw` as a file and reads it back through the engine, chunk by chunk.
     /// - Returns: `.intact` when everything read back equals `plaintext` with the right size,
-    ///   `.detected` when open or some read failed with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR.
+    ///   `.detected` when open or some read failed with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, or when the
+    ///   engine reports bytes after the authenticated end (which reads never return).
     ///   Any other error, or any wrong byte, is a test failure.
     func readBack(_ raw: [UInt8], expecting plaintext: [UInt8], _ what: @autoclosure () -> String,
                   file: StaticString = #filePath, line: UInt = #line) -> Verdict {
@@ -78,6 +79,11 @@ final class TamperSuiteTests: XCTestCase {
             offset += Self.chunk
         }
         if failed { counts.detectedOnRead += 1 }
+        // Bytes after the authenticated end are never read back, but the engine reports them.
+        if !failed, let extra = try? f.bytesAfterAuthenticatedEnd, extra > 0 {
+            counts.detectedAfterEnd += 1
+            return .detected
+        }
         return failed ? .detected : .intact
     }
 
@@ -218,18 +224,14 @@ final class TamperSuiteTests: XCTestCase {
         }
     }
 
-    /// KNOWN GAP (reported with issue 7): up to 28 bytes appended after a file whose size is a multiple
-    /// of the chunk size are ignored: the engine takes them for a torn chunk, the trailer before them
-    /// still verifies, and the file reads as its original content. No wrong byte is ever returned
-    /// (checked here always); that the alteration is not reported is checked only with
-    /// ACSECURE_RUN_KNOWN_BUGS=1.
+    /// Short junk after a file whose size is a multiple of the chunk size: what a torn extension
+    /// leaves. Reads return the original content (never the junk); the engine reports the junk.
     func testShortJunkAfterAChunkAlignedFile() throws {
         let p = randomBytes(2 * Self.chunk, &rng)
         let raw = try encrypt(p, name: "aligned")
-        let strict = ProcessInfoless.env("ACSECURE_RUN_KNOWN_BUGS") == "1"
         for junk in [randomBytes(1, &rng), randomBytes(27, &rng), randomBytes(28, &rng), Array(raw.suffix(Self.trailer))] {
             let v = readBack(raw + junk, expecting: p, "\(junk.count) bytes after a chunk-aligned file")
-            if strict { XCTAssertEqual(v, .detected, "\(junk.count) bytes appended after a chunk-aligned file are not detected") }
+            XCTAssertEqual(v, .detected, "\(junk.count) bytes appended after a chunk-aligned file are not reported")
         }
     }
 
