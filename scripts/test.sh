@@ -10,9 +10,12 @@ echo "== swift build"
 swift build --build-tests
 echo "== swift test"
 swift test --skip-build
+suites=1
 for suite in scripts/test.d/*.sh; do
   [ -e "$suite" ] || continue
   echo "== $suite"
   bash "$suite"
+  suites=$((suites + 1))
 done
-echo "== all suites passed"
+# set -e stops at the first failing suite, so reaching here means every suite passed.
+echo "suites: $suites passed, 0 failed"

@@ -155,6 +155,10 @@ cp a.acsf cut.acsf
 truncate -s $(( $(stat -c %s a.acsf) - 4124 )) cut.acsf
 run 5 "verify a file cut at a chunk boundary" verify cut.acsf
 expect "verify reports the length check" grep -q "length check failed" out
+cp a.acsf junk.acsf
+printf 'JUNK-AFTER-THE-END' >> junk.acsf
+run 5 "verify a file with bytes appended" verify junk.acsf
+expect "verify reports the bytes after the authenticated end" grep -q "18 bytes follow the authenticated end" out
 cp a.acsf swap.acsf
 dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4124)) seek=128 count=4124 conv=notrunc status=none
 run 5 "verify a file with a chunk moved" verify swap.acsf
