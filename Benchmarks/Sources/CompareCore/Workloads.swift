@@ -47,7 +47,9 @@ struct Workloads {
     /// (and whoever else is using it), not the I/O path.
     func removeUntimed(_ path: String) { unlink(path) }
 
-    /// Before timed in-place writes: flushes the file (untimed), so no page is under writeback.
+    /// After a timed write and before timed in-place writes: flushes the file (untimed), so the next
+    /// timed write neither finds pages under writeback nor is throttled by the dirty-page limits for
+    /// data a previous contender left behind.
     func settleUntimed(_ path: String) {
         let fd = Glibc.open(path, O_RDONLY)
         if fd >= 0 { fsync(fd); Glibc.close(fd) }
@@ -71,7 +73,9 @@ struct Workloads {
             if done & ((64 * callSize) - 1) == 0, now() - t0 > maxSeconds { break }
         }
         guard b.close(fd) == 0 else { throw WorkloadError("close", path) }
-        return Double(done) / (now() - t0)
+        let rate = Double(done) / (now() - t0)
+        settleUntimed(path)
+        return rate
     }
 
     /// Reads the whole file in calls of `callSize`; open and close included.
@@ -151,6 +155,8 @@ struct Workloads {
             calls += 256
         } while now() - t0 < minSeconds
         guard b.close(fd) == 0 else { throw WorkloadError("close", path) }
-        return Double(calls * callSize) / (now() - t0)
+        let rate = Double(calls * callSize) / (now() - t0)
+        settleUntimed(path)
+        return rate
     }
 }
