@@ -32,7 +32,7 @@ let package = Package(
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
         .target(name: "CShim", path: "CShim"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
-        .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices"]),
+        .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices", "ACSecureSharing"]),
 
         .executableTarget(name: "acsecure", dependencies: [
             "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
@@ -52,6 +52,8 @@ let package = Package(
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "fuzz/Harness"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
+        // Several of these write one secure file at once (MultiProcessWriterTests).
+        .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureCrashChild"),
     ],
     swiftLanguageModes: [.v6]

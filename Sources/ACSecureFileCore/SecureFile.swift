@@ -42,6 +42,10 @@ public final class SecureFile: @unchecked Sendable {
     ///     `O_CLOEXEC`, `O_NOFOLLOW` (others are refused with `EINVAL`).
     ///   - mode: permissions for a new file (the umask applies).
     ///   - key: the app's key, or an encryption group's key for files shared between apps.
+    ///   - sharing: `.thisProcess` (default): this process's handles share state and cache writes;
+    ///     `.processes`: other processes may read and write the file at the same time — every
+    ///     operation takes a record lock, rereads the length and writes through (slower).
+    ///     `ACSECURE_MULTIPROCESS=1` in the environment makes `.processes` the default (C programs).
     ///   - services: the key provider; defaults to `SecureServices.current`, started from the
     ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
@@ -49,7 +53,8 @@ public final class SecureFile: @unchecked Sendable {
     ///   `noKeys` when services are unavailable; `badKeyOrCorruptData` when the file is not a secure
     ///   file or not encrypted with `key`.
     public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
-                            services: (any KeyProvider)? = nil) throws(SecureFileError) -> SecureFile {
+                            services: (any KeyProvider)? = nil,
+                            sharing: Sharing = .environmentDefault) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
             throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
@@ -91,12 +96,27 @@ public final class SecureFile: @unchecked Sendable {
         let shared: SharedFile
         do {
             shared = try OpenFiles.acquire(identity, services: services, key: key, path: path, fd: fd,
-                                           writable: accessMode != O_RDONLY || truncate, truncate: truncate)
+                                           writable: accessMode != O_RDONLY || truncate, truncate: truncate,
+                                           coordinated: sharing == .processes)
         } catch {
             _ = Sys.close(fd)
             throw error
         }
         return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0)
+    }
+
+    /// Who else may use the file while it is open.
+    public enum Sharing: Sendable, Equatable {
+        /// Only this process (its handles share one state and a write-back cache).
+        case thisProcess
+        /// Other processes too: record locks, reread, write-through, for each operation.
+        case processes
+
+        /// `.processes` when `ACSECURE_MULTIPROCESS=1`, else `.thisProcess`.
+        public static var environmentDefault: Sharing {
+            if let v = getenv("ACSECURE_MULTIPROCESS"), String(cString: v) == "1" { return .processes }
+            return .thisProcess
+        }
     }
 
     static func resolveServices(_ services: (any KeyProvider)?, _ path: String) throws(SecureFileError) -> any KeyProvider {
@@ -124,7 +144,15 @@ public final class SecureFile: @unchecked Sendable {
         default: break
         }
         try shared.ensureKeys()
-        return try body(shared)
+        guard shared.coordinated else { return try body(shared) }
+        try shared.beginCoordinated(exclusive: access == .write || access == .truncate)
+        let result: R
+        do { result = try body(shared) } catch {
+            shared.endCoordinated()
+            throw error
+        }
+        try shared.finishCoordinated()
+        return result
     }
 
     private enum Access { case read, write, truncate, none }
@@ -328,7 +356,7 @@ enum OpenFiles {
     private static let servicesWithHandler = Mutex<[ObjectIdentifier: WeakProvider]>([:])
 
     static func acquire(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
-                        fd: Int32, writable: Bool, truncate: Bool) throws(SecureFileError) -> SharedFile {
+                        fd: Int32, writable: Bool, truncate: Bool, coordinated: Bool) throws(SecureFileError) -> SharedFile {
         registerLockHandler(services)
         let tableKey = Key(identity: identity, services: ObjectIdentifier(services))
         let result: Result<SharedFile, SecureFileError> = table.withLock { table in
@@ -342,16 +370,29 @@ enum OpenFiles {
                         existing.ioFD = dupFD
                         existing.ioFDWritable = true
                     }
+                    if coordinated { existing.coordinated = true }
                     if truncate {
                         try existing.ensureKeys()
-                        try existing.truncate(to: 0)
+                        if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
+                        do { try existing.truncate(to: 0) } catch {
+                            if existing.coordinated { existing.endCoordinated() }
+                            throw error
+                        }
+                        if existing.coordinated { try existing.finishCoordinated() }
                     }
                 } catch let e as SecureFileError { return .failure(e) } catch { fatalError("unreachable") }
                 existing.refCount += 1
                 return .success(existing)
             }
             do {
+                // Another process may be creating or truncating the file right now: hold the file's
+                // lock while its header and length are read (no state of this process exists yet).
+                if coordinated, case .failure(let e) = Sys.lockFile(fd, Int16(writable ? F_WRLCK : F_RDLCK)) {
+                    throw SecureFileError.posix(e.rawValue, "\(path): lock")
+                }
+                defer { if coordinated { _ = Sys.lockFile(fd, Int16(F_UNLCK)) } }
                 let shared = try load(identity, services: services, key: key, path: path, fd: fd, writable: writable, truncate: truncate)
+                shared.coordinated = coordinated
                 table[tableKey] = shared
                 shared.refCount = 1
                 return .success(shared)

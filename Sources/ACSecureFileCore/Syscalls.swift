@@ -98,6 +98,22 @@ public enum Sys {
         return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
     }
 
+    /// Takes (or with F_UNLCK releases) an open-file-description lock on the whole file, waiting.
+    /// OFD locks belong to the descriptor, so threads and other descriptors of this process are
+    /// excluded too (the engine's own mutex already serialises them).
+    static func lockFile(_ fd: Int32, _ type: Int16) -> Result<Void, Errno> {
+        var fl = flock()
+        fl.l_type = type
+        fl.l_whence = Int16(SEEK_SET)
+        fl.l_start = 0
+        fl.l_len = 0
+        let F_OFD_SETLKW: Int32 = 38  // <fcntl.h>, _GNU_SOURCE only
+        while true {
+            if fcntl(fd, F_OFD_SETLKW, &fl) == 0 { return .success(()) }
+            if errno != EINTR { return .failure(Errno(errno)) }
+        }
+    }
+
     /// Free bytes for an unprivileged writer on the file system of `fd`.
     static func availableBytes(_ fd: Int32) -> Result<Int64, Errno> {
         var s = statvfs()
