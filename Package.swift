@@ -51,9 +51,9 @@ let package = Package(
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "fuzz/Harness"),
-        // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
+        // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
         .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureCrashChild"),
     ],
     swiftLanguageModes: [.v6]
