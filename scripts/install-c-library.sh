@@ -5,7 +5,7 @@
 #     cc prog.c $(pkg-config --cflags --libs acsecurefile)
 #
 # works. Installs:
-#     PREFIX/include/ACSecureFile.h, ACError.h, ACSecureServices.h
+#     PREFIX/include/ACSecureFile.h, ACError.h, ACSecureServices.h, ACSecureSharing.h
 #     PREFIX/lib/libACSecureFile.so
 #     PREFIX/lib/pkgconfig/acsecurefile.pc
 #
@@ -45,7 +45,7 @@ swiftrt="$(swift -print-target-info | sed -n '/"runtimeLibraryPaths"/,/]/{s/^ *"
 [ -n "$swiftrt" ] || swiftrt="$(dirname "$(dirname "$(command -v swift)")")/lib/swift/linux"
 
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
-for h in ACSecureFile.h ACError.h ACSecureServices.h; do
+for h in ACSecureFile.h ACError.h ACSecureServices.h ACSecureSharing.h; do
     install -m 0644 "$root/CShim/include/$h" "$prefix/include/$h"
 done
 install -m 0755 "$lib" "$prefix/lib/libACSecureFile.so"

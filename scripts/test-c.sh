@@ -5,6 +5,8 @@
 #   scripts/test-c.sh [SEED [SEQUENCES [OPERATIONS]]]
 #
 # Runs: Tests/CDifferential/ace_codes.c (every provokable ACE_* value),
+#       Tests/CDifferential/wrapped.c (an extension process without secure services wraps a file,
+#       the host app opens it: ACSecureSharing.h),
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
 #       2000 sequences of 60 operations), and Examples/c (secure-copy, securecat) with secure
 #       services started from the environment only.
@@ -32,6 +34,7 @@ build() { # build OUTPUT SOURCE
 }
 build differential "$root/Tests/CDifferential/differential.c"
 build ace_codes "$root/Tests/CDifferential/ace_codes.c"
+build wrapped "$root/Tests/CDifferential/wrapped.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
 
@@ -40,6 +43,7 @@ unset LD_LIBRARY_PATH
 
 status=0
 "$work/ace_codes" "$work/ace" || status=1
+mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1
 "$work/differential" "$seed" "$sequences" "$operations" "$work/differential-files" || status=1
 
 # Examples, with secure services started from the environment (no ACSecureServices* call).

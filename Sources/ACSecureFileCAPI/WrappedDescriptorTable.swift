@@ -1,0 +1,146 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Synchronization
+import ACCrypto
+import ACSecureFileCore
+import ACSecureFoundation
+import ACSecureSharing
+
+/// The open wrapped file descriptors of the process (ACSecureSharing.h): kernel fd → read handle.
+///
+/// A separate table from `DescriptorTable` on purpose: a wrapped file is read-only and its offsets
+/// start after the name record, so none of the `ACSecureFile*` calls apply to it as they stand, and
+/// a wrapped descriptor given to them is simply unknown (EBADF), and vice versa.
+///
+/// The key is `anchor`, a read-only kernel descriptor of the wrapped file that this layer opens
+/// itself (the read handle's own descriptor is private to ACSecureSharing): numbers are then unique
+/// among all secure and wrapped descriptors, reused as the kernel reuses them, and fstat has a
+/// descriptor to report on. The handle is opened through /proc/self/fd/<anchor>, so both are the
+/// same inode even if the path is replaced meanwhile.
+final class WrappedDescriptorTable: Sendable {
+    final class Entry: Sendable {
+        let anchor: Int32
+        let handle: ACWrappedFileReadHandle
+        /// The descriptor's offset, counted from the first byte of the original file. Held while a
+        /// call runs, so read/pread/lseek on one descriptor are atomic with respect to each other.
+        let position = Mutex<Int64>(0)
+        let lastError = Atomic<Int32>(ACErrorCode.noError.rawValue)
+
+        init(anchor: Int32, handle: ACWrappedFileReadHandle) {
+            self.anchor = anchor
+            self.handle = handle
+        }
+    }
+
+    static let shared = WrappedDescriptorTable()
+
+    private let entries = Mutex<[Int32: Entry]>([:])
+
+    func lookup(_ fd: Int32) -> Entry? { entries.withLock { $0[fd] } }
+
+    /// Registers an open wrapped file under its anchor. An entry still under that number was
+    /// closed behind our back (plain `close(2)`): its anchor now belongs to someone else and is
+    /// not closed; its handle closes its own descriptor when released.
+    func insert(_ entry: Entry) -> Int32 {
+        _ = entries.withLock { $0.updateValue(entry, forKey: entry.anchor) }
+        return entry.anchor
+    }
+
+    /// Removes the descriptor; the caller closes it afterwards, so a concurrent open that receives
+    /// the same number never finds the old entry.
+    func remove(_ fd: Int32) -> Entry? { entries.withLock { $0.removeValue(forKey: fd) } }
+
+    var count: Int { entries.withLock { $0.count } }
+}
+
+/// A failure as C sees it: errno and the detail (an `ACE_*` value, or
+/// `ACWRAPPEDFILEREADERROR_UNKNOWN_WRAPPER_FORMAT`).
+struct WrappedCError: Error {
+    var errno: Int32
+    var code: Int32
+
+    init(errno: Int32, code: Int32) {
+        self.errno = errno
+        self.code = code
+    }
+
+    init(_ e: SecureFileError) { self.init(errno: e.errno, code: e.code.rawValue) }
+
+    /// The one place where ACSecureSharing's `NSError`s become errno + detail.
+    init(_ error: any Error) {
+        if let e = error as? SecureFileError { self.init(e); return }
+        if let e = error as? WrappedCError { self = e; return }
+        let ns = error as NSError
+        switch ns.domain {
+        case ACWrappedFileReadErrorDomain where ns.code == ACWrappedFileReadErrorUnknownWrapperFormat:
+            self.init(errno: EILSEQ, code: Int32(ACWrappedFileReadErrorUnknownWrapperFormat))
+        case ACErrorDomain:
+            let code = Int32(exactly: ns.code).flatMap(ACErrorCode.init(rawValue:)) ?? .internalError
+            if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain,
+               let e = Int32(exactly: underlying.code), e != 0 {
+                self.init(errno: e, code: code.rawValue)
+            } else {
+                // The errno the engine pairs with this code when no system call failed.
+                self.init(SecureFileError(code: code, message: ""))
+            }
+        case NSPOSIXErrorDomain:
+            self.init(errno: Int32(exactly: ns.code) ?? EIO, code: ACErrorCode.noError.rawValue)
+        default:
+            self.init(errno: EIO, code: ACErrorCode.internalError.rawValue)
+        }
+    }
+
+    static func argument(_ errno: Int32) -> WrappedCError {
+        WrappedCError(errno: errno, code: ACErrorCode.invalidArgument.rawValue)
+    }
+}
+
+enum WrappedCResult {
+    /// Runs `body` on the entry behind `fd` with its offset locked. Unknown descriptor: -1/EBADF.
+    /// Otherwise records `ACE_NO_ERROR` or the failure's detail, and sets errno on failure.
+    static func onEntry<R: SignedInteger>(_ fd: Int32, _ body: (Entry, inout Int64) throws -> R) -> R {
+        guard let entry = WrappedDescriptorTable.shared.lookup(fd) else {
+            errno = EBADF
+            return -1
+        }
+        do {
+            let result = try entry.position.withLock { position in try body(entry, &position) }
+            entry.lastError.store(ACErrorCode.noError.rawValue, ordering: .relaxed)
+            return result
+        } catch {
+            let e = WrappedCError(error)
+            entry.lastError.store(e.code, ordering: .relaxed)
+            errno = e.errno
+            return -1
+        }
+    }
+
+    /// Runs a call without a descriptor: only errno reports a failure.
+    static func withoutEntry(_ body: () throws -> Void) -> Int32 {
+        do {
+            try body()
+            return 0
+        } catch {
+            errno = WrappedCError(error).errno
+            return -1
+        }
+    }
+
+    typealias Entry = WrappedDescriptorTable.Entry
+}
+
+extension WrappedDescriptorTable.Entry {
+    /// Reads up to `buffer.count` bytes of the original file at `offset`; 0 at or past the end.
+    /// The plaintext passes through a `Data` of the handle: it is wiped before it is released.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        guard buffer.count > 0, offset < SecureFile.maximumFileSize else { return 0 }
+        try handle.seek(toFileOffset: UInt64(offset))
+        var data = try handle.readData(ofLength: buffer.count)
+        defer { data.withUnsafeMutableBytes { secureZero($0) } }
+        precondition(data.count <= buffer.count, "the read handle returned more than was asked for")
+        data.copyBytes(to: buffer)
+        return data.count
+    }
+}
