@@ -153,7 +153,8 @@ int ACSecureWrappedFileOpen(const char *path, const char *sharedGroupID, char *a
  *   EIO     a chunk failed authentication (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) or the encryption
  *           layer failed (ACE_INTERNAL_ERROR); no unauthenticated byte is returned;
  *   ENOMEM  (ACE_LOW_MEMORY_ERROR).
- * A wrapped file carries its own key, so reading goes on working while secure services are locked.
+ *   EACCES  secure services are locked (ACE_NO_KEYS_ERROR); reads work again after unlock, as for
+ *           every secure descriptor.
  */
 ssize_t ACSecureWrappedFileRead(int fd, void *buf, size_t nbyte);
 

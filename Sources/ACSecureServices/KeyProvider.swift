@@ -25,3 +25,25 @@ public final class FixedKeyProvider: KeyProvider {
     public func noteActivity() {}
     public func addLockHandler(_ handler: @escaping @Sendable () -> Void) {}
 }
+
+/// Serves one key derived by secure services, available exactly while the services are.
+final class ServicesDerivedKeyProvider: KeyProvider, @unchecked Sendable {
+    // Weak: the services keep this provider alive (no cycle); set once, never mutated.
+    private weak var services: SecureServices?
+    private let derive: @Sendable (SecureServices) throws(SecureServicesError) -> KeyEncryptionKey
+
+    init(services: SecureServices, derive: @escaping @Sendable (SecureServices) throws(SecureServicesError) -> KeyEncryptionKey) {
+        self.services = services
+        self.derive = derive
+    }
+
+    var keyGeneration: UInt64 { services?.keyGeneration ?? 0 }
+
+    func keyEncryptionKey(for selection: KeySelection) throws(SecureServicesError) -> KeyEncryptionKey {
+        guard let services else { throw SecureServicesError(.noKeys, "secure services are gone") }
+        return try derive(services)
+    }
+
+    func noteActivity() { services?.noteActivity() }
+    func addLockHandler(_ handler: @escaping @Sendable () -> Void) { services?.addLockHandler(handler) }
+}

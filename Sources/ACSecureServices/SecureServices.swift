@@ -41,6 +41,7 @@ public final class SecureServices: Sendable {
     private let lastActivity = Atomic<UInt64>(0)
     /// Run (in registration order) before the seed is dropped: the engine flushes and wipes its caches.
     private let lockHandlers = Mutex<[@Sendable () -> Void]>([])
+    private let wrappedProviders = Mutex<[String: any KeyProvider]>([:])
 
     // MARK: starting
 
@@ -240,6 +241,20 @@ public final class SecureServices: Sendable {
         guard let groupID else { return try makeKEK(info: lengthPrefixed("wrapped-file-kek-all", ""), keyClass: .cryptoBlock) }
         guard !groupID.isEmpty else { throw SecureServicesError(.invalidArgument, "the shared group ID must not be empty (pass nil for every app)") }
         return try makeKEK(info: lengthPrefixed("wrapped-file-kek-group", groupID), keyClass: .cryptoBlock)
+    }
+
+    /// A key provider that serves `wrappedFileKeyEncryptionKey(groupID:)` and follows these services'
+    /// lock state: handles opened with it fail with `.noKeys` while services are locked, like any
+    /// other secure handle. One instance per group is kept, so the engine registers one lock handler.
+    public func wrappedFileKeyProvider(groupID: String?) -> any KeyProvider {
+        wrappedProviders.withLock { cache in
+            if let p = cache[groupID ?? ""] { return p }
+            let p = ServicesDerivedKeyProvider(services: self) { s throws(SecureServicesError) in
+                try s.wrappedFileKeyEncryptionKey(groupID: groupID)
+            }
+            cache[groupID ?? ""] = p
+            return p
+        }
     }
 
     /// A 32-byte key unique to this app, this store and `identifier` (`derivedAppKeyWithIdentifier:`).

@@ -158,7 +158,10 @@ public enum ACUnwrappedFile {
         let kek: KeyEncryptionKey
         do { kek = try provider.wrappedFileKeyEncryptionKey(groupID: sharedGroupID) } catch { throw ACSharingErrors.make(error, context) }
         return try ACSharingErrors.bridging { () throws(SecureFileError) -> ACWrappedFileReadHandle in
-            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, services: FixedKeyProvider(kek: kek))
+            // Through a provider that follows the services' lock state: after lock(), reads fail with
+            // ACErrorNoKeys like every other secure handle, and work again after unlock.
+            _ = kek
+            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, services: provider.wrappedFileKeyProvider(groupID: sharedGroupID))
             do throws(SecureFileError) {
                 let (name, base) = try readRecord(file)
                 return ACWrappedFileReadHandle(file: file, actualFileName: name, contentOffset: base)

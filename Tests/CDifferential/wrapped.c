@@ -192,10 +192,14 @@ int main(int argc, char **argv) {
         CHECK(ACSecureFileRead(fd, back, 10) == -1 && errno == EBADF, "ACSecureFileRead on a wrapped fd: errno %d", errno);
         errno = 0;
         CHECK(ACSecureFileWrite(fd, "x", 1) == -1 && errno == EBADF, "ACSecureFileWrite on a wrapped fd: errno %d", errno);
-        /* The wrapped file carries its own key: reading goes on while services are locked. */
+        /* Like every secure descriptor, a wrapped one stops while services are locked (EACCES +
+         * ACE_NO_KEYS_ERROR) and works again after unlock. */
         CHECK(ACSecureServicesLock() == 0, "lock");
-        CHECK(ACSecureWrappedFilePread(fd, back, 50, 0) == 50 && memcmp(back, content, 50) == 0, "read while locked");
+        errno = 0;
+        CHECK(ACSecureWrappedFilePread(fd, back, 50, 0) == -1 && errno == EACCES &&
+                  ACSecureWrappedFileLastError(fd) == ACE_NO_KEYS_ERROR, "read while locked: errno %d", errno);
         CHECK(ACSecureServicesUnlock(NULL) == 0, "unlock: %s", strerror(errno));
+        CHECK(ACSecureWrappedFilePread(fd, back, 50, 0) == 50 && memcmp(back, content, 50) == 0, "read after unlock");
         CHECK(ACSecureWrappedFileClose(fd) == 0, "close");
         errno = 0;
         CHECK(ACSecureWrappedFileClose(fd) == -1 && errno == EBADF, "second close: errno %d", errno);
