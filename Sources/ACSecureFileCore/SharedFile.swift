@@ -534,7 +534,6 @@ final class SharedFile: @unchecked Sendable {
         cacheLength = 0
         cacheDirty = false
         cache.wipe()
-        guard header != nil || exclusive else { return }
         var needsRefresh = false
         let physical: Int64
         switch Sys.fstat(ioFD) {

@@ -85,6 +85,21 @@ final class MultiProcessWriterTests: XCTestCase {
         XCTAssertTrue(seen.values.allSatisfy { $0 == 1 }, "every (writer, round) record exactly once")
     }
 
+    /// A reader that opened the file while it was still empty sees another process's first write.
+    func testAReaderOfAnEmptyFileSeesTheFirstWriteOfAnotherProcess() throws {
+        let env = try TestEnvironment(appID: "com.example.multiwriter")
+        let path = env.path("late")
+        close(open(path, O_CREAT | O_WRONLY, 0o644))
+        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        XCTAssertEqual(try reader.size, 0)
+        let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        let writer = try SecureFile.open(path, flags: O_RDWR, services: other, sharing: .processes)
+        try writer.write(Array("first".utf8))
+        try writer.close()
+        XCTAssertEqual(try reader.pread(count: 10, at: 0), Array("first".utf8))
+        try reader.close()
+    }
+
     /// The control: without coordination, the same workload loses updates (so the test can fail).
     func testWithoutCoordinationUpdatesAreLost() throws {
         let env = try TestEnvironment(appID: "com.example.multiwriter")
