@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 import ACCrypto
 import ACSecureServices
 
@@ -17,20 +16,27 @@ public final class SecureFile: @unchecked Sendable {
     let canRead: Bool
     let canWrite: Bool
     let appendMode: Bool
+    /// Write-back buffering (opt-in): writes may stay in memory until flush, sync, close, a services
+    /// lock or normal exit.
+    public let buffering: Buffering
     // Guarded by shared.lock:
     private var offset: Int64 = 0
     private var isClosed = false
+    /// The last deferred write error of the shared state this handle has reported.
+    private var seenErrorGeneration: UInt64
 
     /// The largest plaintext size of a secure file: 2^44 bytes (16 TiB).
     public static let maximumFileSize: Int64 = 1 << 44
 
-    init(fd: Int32, path: String, shared: SharedFile, accessMode: Int32, append: Bool) {
+    init(fd: Int32, path: String, shared: SharedFile, accessMode: Int32, append: Bool, buffering: Buffering) {
         self.fileDescriptor = fd
         self.path = path
         self.shared = shared
         self.canRead = accessMode != O_WRONLY
         self.canWrite = accessMode != O_RDONLY
         self.appendMode = append
+        self.buffering = buffering
+        self.seenErrorGeneration = shared.lock.withLock { shared.deferredErrorGeneration }
     }
 
     // MARK: open
@@ -46,6 +52,10 @@ public final class SecureFile: @unchecked Sendable {
     ///     `.processes`: other processes may read and write the file at the same time — every
     ///     operation takes a record lock, rereads the length and writes through (slower).
     ///     `ACSECURE_MULTIPROCESS=1` in the environment makes `.processes` the default (C programs).
+    ///   - buffering: `.writeThrough` (default): every write is in the file when it returns, as
+    ///     with `write(2)`; `.writeBack`: small writes are collected in memory and reach the file at
+    ///     `flush()`, `sync()`, `close()`, a services lock or normal process exit — faster, but a
+    ///     crash, `_exit` or SIGKILL loses them. `ACSECURE_BUFFERING=write-back` makes it the default.
     ///   - services: the key provider; defaults to `SecureServices.current`, started from the
     ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
@@ -54,7 +64,8 @@ public final class SecureFile: @unchecked Sendable {
     ///   file or not encrypted with `key`.
     public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
                             services: (any KeyProvider)? = nil,
-                            sharing: Sharing = .environmentDefault) throws(SecureFileError) -> SecureFile {
+                            sharing: Sharing = .environmentDefault,
+                            buffering: Buffering = .environmentDefault) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
             throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
@@ -72,7 +83,17 @@ public final class SecureFile: @unchecked Sendable {
         var kernelFlags = (accessMode == O_RDONLY && !truncate ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK
         kernelFlags |= flags & (O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY)
         var fd: Int32
-        switch Sys.open(path, kernelFlags, mode) {
+        var kernelWritable = kernelFlags & O_ACCMODE == O_RDWR
+        // A read-only creating open must still write the header of the file it creates: it asks
+        // for a writable descriptor, and falls back to read-only where writing is not allowed.
+        var attempt = Sys.open(path, kernelFlags & O_ACCMODE == O_RDONLY && flags & O_CREAT != 0 ? kernelFlags & ~O_ACCMODE | O_RDWR : kernelFlags, mode)
+        if case .failure(let e) = attempt, kernelFlags & O_ACCMODE == O_RDONLY, flags & O_CREAT != 0,
+           [EACCES, EROFS, ETXTBSY, EPERM].contains(e.rawValue) {
+            attempt = Sys.open(path, kernelFlags, mode)
+        } else if case .success = attempt, flags & O_CREAT != 0 {
+            kernelWritable = true
+        }
+        switch attempt {
         case .success(let f): fd = f
         case .failure(let e):
             if e.rawValue == EISDIR { throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (secure files are regular files only)") }
@@ -89,20 +110,39 @@ public final class SecureFile: @unchecked Sendable {
             throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
                                   message: "\(path): \(isDirectory ? "is a directory" : "not a regular file") (secure files are regular files only)")
         }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
-        if flags & O_CLOEXEC == 0 { _ = fcntl(fd, F_SETFD, 0) }
+        _ = Sys.clearNonblocking(fd)
+        if flags & O_CLOEXEC == 0 { _ = Sys.clearCloseOnExec(fd) }
 
         let identity = SharedFile.Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
         let shared: SharedFile
         do {
-            shared = try OpenFiles.acquire(identity, services: services, key: key, path: path, fd: fd,
-                                           writable: accessMode != O_RDONLY || truncate, truncate: truncate,
-                                           coordinated: sharing == .processes)
+            shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
+                                                 writable: kernelWritable, create: flags & O_CREAT != 0,
+                                                 truncate: truncate, coordinated: sharing == .processes))
         } catch {
             _ = Sys.close(fd)
             throw error
         }
-        return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0)
+        return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
+                          buffering: sharing == .processes ? .writeThrough : buffering)
+    }
+
+    /// When writes reach the file.
+    public enum Buffering: Sendable, Equatable {
+        /// Each write is in the file when it returns (as `write(2)`): it survives the writer's
+        /// exit, `_exit` or SIGKILL, and a fresh open anywhere reads it. `sync()` makes it durable.
+        case writeThrough
+        /// Small writes are collected in a one-chunk buffer, like stdio's: they reach the file at
+        /// `flush()`, `sync()`, `close()`, a move to another chunk, a services lock and normal
+        /// process exit; `_exit`, a crash or SIGKILL lose them. A failed deferred write is
+        /// reported by the handle's next call and by its close.
+        case writeBack
+
+        /// `.writeBack` when `ACSECURE_BUFFERING=write-back`, else `.writeThrough`.
+        public static var environmentDefault: Buffering {
+            if let v = getenv("ACSECURE_BUFFERING"), ["write-back", "writeback"].contains(String(cString: v)) { return .writeBack }
+            return .writeThrough
+        }
     }
 
     /// Who else may use the file while it is open.
@@ -134,6 +174,10 @@ public final class SecureFile: @unchecked Sendable {
         shared.lock.lock()
         defer { shared.lock.unlock() }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
+        if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
+            seenErrorGeneration = shared.deferredErrorGeneration
+            throw deferred
+        }
         switch access {
         case .read where !canRead:
             throw SecureFileError(code: .readOnWriteOnly, errno: EBADF, message: "\(path): read on a write-only descriptor")
@@ -233,8 +277,7 @@ public final class SecureFile: @unchecked Sendable {
             throw .ace(.fileTooBig, "\(path): write past the maximum secure file size (\(Self.maximumFileSize) bytes)")
         }
         let n = Int(min(Int64(buffer.count), Self.maximumFileSize - offset))
-        try s.write(from: base, count: n, at: offset)
-        return n
+        return try s.write(from: base, count: n, at: offset, writeBack: buffering == .writeBack)
     }
 
     /// `lseek(2)`: `SEEK_SET`, `SEEK_CUR`, `SEEK_END`, and `SEEK_DATA`/`SEEK_HOLE` (a secure file has no holes on disk).
@@ -310,11 +353,27 @@ public final class SecureFile: @unchecked Sendable {
         get throws(SecureFileError) { try locked(.none) { $0.size } }
     }
 
-    /// Writes cached data and `fsync`s the file.
+    /// Writes buffered data (write-back handles) to the file, like `fflush`: after it, a fresh open
+    /// anywhere reads it. Nothing is forced to the device (see `sync()`).
+    public func flush() throws(SecureFileError) {
+        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.flushCache() }
+    }
+
+    /// `fsync(2)`: writes buffered data, then forces the file's data and metadata to the device, so
+    /// everything written before survives a power loss.
     public func sync() throws(SecureFileError) {
         try locked(.none) { (s: SharedFile) throws(SecureFileError) in
             try s.flushCache()
             try s.checkIO(Sys.fsync(s.ioFD), "fsync")
+        }
+    }
+
+    /// `fdatasync(2)`: as `sync()`, without forcing metadata that reading the data does not need
+    /// (the file's length is such metadata, so growth is still made durable).
+    public func datasync() throws(SecureFileError) {
+        try locked(.none) { (s: SharedFile) throws(SecureFileError) in
+            try s.flushCache()
+            try s.checkIO(Sys.fdatasync(s.ioFD), "fdatasync")
         }
     }
 
@@ -328,9 +387,13 @@ public final class SecureFile: @unchecked Sendable {
         }
         isClosed = true
         var flushError: SecureFileError?
+        if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
+            seenErrorGeneration = shared.deferredErrorGeneration
+            flushError = deferred
+        }
         if shared.cacheDirty {
             // Flushing needs the key; while locked the cache was already flushed and wiped.
-            do { try shared.flushCache() } catch { flushError = error }
+            do { try shared.flushCache() } catch { flushError = flushError ?? error }
         }
         shared.lock.unlock()
         OpenFiles.release(shared)
@@ -340,185 +403,13 @@ public final class SecureFile: @unchecked Sendable {
         if let flushError { throw flushError }
     }
 
+    /// A handle released without `close()` is closed here; an error can no longer be returned, so
+    /// it is printed on standard error, naming the file (never dropped silently).
     deinit {
-        if !isClosed { try? close() }
-    }
-}
-
-/// The process-wide table of files open through the engine, by device and inode.
-enum OpenFiles {
-    /// Keyed by inode and services, so two stores in one process (tests) never share keys.
-    private struct Key: Hashable { var identity: SharedFile.Identity; var services: ObjectIdentifier }
-    private static let table = Mutex<[Key: SharedFile]>([:])
-    /// Providers whose lock handler is installed. Weak, and compared by identity: an address can be
-    /// reused by a new provider once the old one is gone.
-    private final class WeakProvider: @unchecked Sendable { weak var value: (any KeyProvider)?; init(_ v: any KeyProvider) { value = v } }
-    private static let servicesWithHandler = Mutex<[ObjectIdentifier: WeakProvider]>([:])
-
-    static func acquire(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
-                        fd: Int32, writable: Bool, truncate: Bool, coordinated: Bool) throws(SecureFileError) -> SharedFile {
-        registerLockHandler(services)
-        let tableKey = Key(identity: identity, services: ObjectIdentifier(services))
-        let result: Result<SharedFile, SecureFileError> = table.withLock { table in
-            if let existing = table[tableKey] {
-                existing.lock.lock()
-                defer { existing.lock.unlock() }
-                do {
-                    try verifyKey(of: existing, key: key)
-                    if writable && !existing.ioFDWritable, case .success(let dupFD) = Sys.dup(fd) {
-                        _ = Sys.close(existing.ioFD)
-                        existing.ioFD = dupFD
-                        existing.ioFDWritable = true
-                    }
-                    if coordinated { existing.coordinated = true }
-                    if truncate {
-                        try existing.ensureKeys()
-                        if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
-                        do { try existing.truncate(to: 0) } catch {
-                            if existing.coordinated { existing.endCoordinated() }
-                            throw error
-                        }
-                        if existing.coordinated { try existing.finishCoordinated() }
-                    }
-                } catch let e as SecureFileError { return .failure(e) } catch { fatalError("unreachable") }
-                existing.refCount += 1
-                return .success(existing)
-            }
-            do {
-                // Another process may be creating or truncating the file right now: hold the file's
-                // lock while its header and length are read (no state of this process exists yet).
-                if coordinated, case .failure(let e) = Sys.lockFile(fd, Int16(writable ? F_WRLCK : F_RDLCK)) {
-                    throw SecureFileError.posix(e.rawValue, "\(path): lock")
-                }
-                defer { if coordinated { _ = Sys.lockFile(fd, Int16(F_UNLCK)) } }
-                let shared = try load(identity, services: services, key: key, path: path, fd: fd, writable: writable, truncate: truncate)
-                shared.coordinated = coordinated
-                table[tableKey] = shared
-                shared.refCount = 1
-                return .success(shared)
-            } catch let e as SecureFileError { return .failure(e) } catch { fatalError("unreachable") }
-        }
-        return try result.get()
-    }
-
-    /// How many handles this process has open on `identity`, whatever their key provider.
-    static func handleCount(_ identity: SharedFile.Identity) -> Int {
-        table.withLock { $0.reduce(0) { $0 + ($1.key.identity == identity ? $1.value.refCount : 0) } }
-    }
-
-    /// The plaintext size of a file this process has open (it may include cached writes), if any.
-    static func openSize(device: UInt64, inode: UInt64) -> Int64? {
-        let identity = SharedFile.Identity(device: device, inode: inode)
-        let files = table.withLock { $0.filter { $0.key.identity == identity }.map(\.value) }
-        return files.compactMap { f in f.lock.withLock { f.header == nil && f.size == 0 ? nil : f.size } }.max()
-    }
-
-    static func release(_ shared: SharedFile) {
-        table.withLock { table in
-            shared.refCount -= 1
-            let key = Key(identity: shared.identity, services: ObjectIdentifier(shared.services))
-            if shared.refCount == 0, table[key] === shared { table[key] = nil }
-        }
-    }
-
-    /// A second opener must hold the file's key too: the shared state must not bypass the check.
-    private static func verifyKey(of shared: SharedFile, key: KeySelection) throws(SecureFileError) {
-        guard let header = shared.header else { return }
-        if key == shared.keySelection { return }
-        let kek: KeyEncryptionKey
-        do { kek = try shared.services.keyEncryptionKey(for: key) } catch {
-            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(shared.path): \(error.message)")
-        }
-        guard header.unwrap(with: kek) != nil else {
-            throw .ace(.badKeyOrCorruptData, "\(shared.path): not encrypted with the \(key) key")
-        }
-    }
-
-    /// Reads the header and length of a file opened for the first time.
-    private static func load(_ identity: SharedFile.Identity, services: any KeyProvider, key: KeySelection, path: String,
-                             fd: Int32, writable: Bool, truncate: Bool) throws(SecureFileError) -> SharedFile {
-        let ioFD: Int32
-        switch Sys.dup(fd) {
-        case .success(let d): ioFD = d
-        case .failure(let e): throw .posix(e.rawValue, "\(path): dup")
-        }
-        let physical: Int64
-        switch Sys.fstat(fd) {
-        case .success(let st): physical = Int64(st.st_size)
-        case .failure(let e): _ = Sys.close(ioFD); throw .posix(e.rawValue, path)
-        }
-        var headerBytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        var parsed: Result<FileHeader, HeaderParseError> = .failure(.tooShort)
-        if physical > 0 {
-            let got = headerBytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
-            switch got {
-            case .success(let n): parsed = n == FileLayout.headerSize ? FileHeader.parse(headerBytes) : .failure(.tooShort)
-            case .failure(let e): _ = Sys.close(ioFD); throw .posix(e.rawValue, path)
-            }
-        }
-        let layout = (try? parsed.get().layout) ?? FileLayout()
-        let shared = SharedFile(identity: identity, services: services, keySelection: key, path: path,
-                                ioFD: ioFD, writable: writable, layout: layout)
-        switch parsed {
-        case .success(let header):
-            shared.header = header
-            guard let size = layout.plaintextSize(forPhysicalSize: physical) else {
-                // A torn last chunk (crash in the middle of a write) or tampering: the file still
-                // opens, the intact chunks read, and the tail fails authentication when read.
-                shared.diskSize = max(0, (physical - Int64(FileLayout.headerSize) - Int64(FileLayout.trailerSize))
-                                      / Int64(layout.physicalChunkSize) * Int64(layout.chunkSize))
-                shared.size = shared.diskSize
-                try shared.ensureKeys()
-                try verifyLengthTolerantly(shared)
-                if truncate { try shared.truncate(to: 0) }
-                return shared
-            }
-            shared.diskSize = size
-            shared.size = size
-            try shared.ensureKeys()
-            // The length is authenticated at open (O(1)); a torn tail is recovered here. A file whose
-            // length does not authenticate at all still opens: its tail reports the error when read.
-            try verifyLengthTolerantly(shared)
-            if truncate { try shared.truncate(to: 0) }
-        case .failure(let why):
-            if physical == 0 {
-                // An empty file (new, or `touch`ed): it becomes a secure file on its first write.
-                if writable { try shared.ensureKeys(); try shared.initializeIfNeeded() }
-            } else if truncate, why == .notASecureFile || why == .tooShort {
-                // O_TRUNC of a plain file discards its bytes, as open(2) would; a file that is a
-                // secure file we cannot read is never destroyed this way.
-                try shared.checkIO(Sys.ftruncate(ioFD, 0), "truncate")
-                try shared.ensureKeys()
-                try shared.initializeIfNeeded()
-            } else {
-                throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
-            }
-        }
-        return shared
-    }
-
-    /// Authenticates the length at open: I/O errors fail the open, a length that does not
-    /// authenticate is left for the reads of the tail to report.
-    private static func verifyLengthTolerantly(_ shared: SharedFile) throws(SecureFileError) {
-        do { try shared.verifyTrailerIfNeeded() } catch {
-            if error.code != .badKeyOrCorruptData { throw error }
-        }
-    }
-
-    /// Before services lock, every file they serve writes its dirty chunk and forgets keys and plaintext.
-    private static func registerLockHandler(_ services: any KeyProvider) {
-        let id = ObjectIdentifier(services)
-        let isNew = servicesWithHandler.withLock { registered in
-            if let known = registered[id]?.value, known === services { return false }
-            registered = registered.filter { $0.value.value != nil }
-            registered[id] = WeakProvider(services)
-            return true
-        }
-        guard isNew else { return }
-        services.addLockHandler { [weak services] in
-            guard let services else { return }
-            let files = table.withLock { Array($0.values) }.filter { $0.services === services }
-            for f in files { f.lock.withLock { f.wipeSecrets() } }
+        guard !isClosed else { return }
+        do { try close() } catch {
+            let message = "ACSecureFile: \(path): error closing a released handle: \(error.message)\n"
+            _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
         }
     }
 }

@@ -6,7 +6,7 @@ import Glibc
 /// short reads and writes, and (for tests) can be made to fail.
 public enum Sys {
     /// A system call that can be made to fail by a test.
-    public enum Call: String, Sendable, CaseIterable { case open, pread, pwrite, fsync, ftruncate, fstat, rename, close }
+    public enum Call: String, Sendable, CaseIterable { case open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, rename, close }
 
     /// What a fault injector does to one call.
     public enum Fault: Sendable { case fail(Int32), short(Int) }
@@ -14,7 +14,12 @@ public enum Sys {
     /// Set by tests (`SecureFileTesting.faultInjector`) to inject errors and short transfers.
     nonisolated(unsafe) public static var faultInjector: (@Sendable (Call) -> Fault?)?
 
-    @inline(__always) static func fault(_ call: Call) -> Fault? {
+    /// Like `faultInjector`, told the transfer's byte count and file offset (0 for other calls):
+    /// crash tests use it to tear a write at a given sector.
+    nonisolated(unsafe) public static var transferFaultInjector: (@Sendable (Call, _ count: Int, _ offset: Int64) -> Fault?)?
+
+    @inline(__always) static func fault(_ call: Call, _ count: Int = 0, _ offset: Int64 = 0) -> Fault? {
+        if let injector = transferFaultInjector, let f = injector(call, count, offset) { return f }
         guard let injector = faultInjector else { return nil }
         return injector(call)
     }
@@ -33,7 +38,7 @@ public enum Sys {
         var done = 0
         while done < count {
             var want = count - done
-            switch fault(.pread) {
+            switch fault(.pread, want, offset + Int64(done)) {
             case .fail(let e)?: return .failure(Errno(e))
             case .short(let n)?: want = min(want, max(n, 1))
             case nil: break
@@ -52,7 +57,7 @@ public enum Sys {
         var done = 0
         while done < count {
             var want = count - done
-            switch fault(.pwrite) {
+            switch fault(.pwrite, want, offset + Int64(done)) {
             case .fail(let e)?: return .failure(Errno(e))
             case .short(let n)?: want = min(want, max(n, 1))
             case nil: break
@@ -85,6 +90,24 @@ public enum Sys {
             if Glibc.fsync(fd) == 0 { return .success(()) }
             if errno != EINTR { return .failure(Errno(errno)) }
         }
+    }
+
+    static func fdatasync(_ fd: Int32) -> Result<Void, Errno> {
+        if case .fail(let e)? = fault(.fdatasync) { return .failure(Errno(e)) }
+        while true {
+            if Glibc.fdatasync(fd) == 0 { return .success(()) }
+            if errno != EINTR { return .failure(Errno(errno)) }
+        }
+    }
+
+    static func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 else { return .failure(Errno(errno)) }
+        return .success(())
+    }
+
+    static func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {
+        fcntl(fd, F_SETFD, 0) == 0 ? .success(()) : .failure(Errno(errno))
     }
 
     static func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
@@ -143,5 +166,11 @@ public enum SecureFileTesting {
     public static var faultInjector: (@Sendable (Call) -> Fault?)? {
         get { Sys.faultInjector }
         set { Sys.faultInjector = newValue }
+    }
+
+    /// As `faultInjector`, with each transfer's byte count and offset (0 for other calls).
+    public static var transferFaultInjector: (@Sendable (Call, _ count: Int, _ offset: Int64) -> Fault?)? {
+        get { Sys.transferFaultInjector }
+        set { Sys.transferFaultInjector = newValue }
     }
 }

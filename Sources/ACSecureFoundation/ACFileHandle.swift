@@ -50,7 +50,13 @@ public final class ACFileHandle: FileHandle, @unchecked Sendable {
 
     private init(path: String, flags: Int32, encryptionGroupId: String?) throws {
         let key = try SecureFileIO.key(group: encryptionGroupId, path: path)
-        self.file = try bridgingErrors(path) { try SecureFile.open(path, flags: flags | O_CLOEXEC, key: key) }
+        // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
+        // as the reference's examples do) as a new secure file: it opens it as creating (the file
+        // exists, so nothing new is created). The engine refuses other opens of a 0-byte file.
+        var st = stat()
+        let adoptEmpty = flags & O_ACCMODE != O_RDONLY && lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
+        let openFlags = flags | O_CLOEXEC | (adoptEmpty ? O_CREAT : 0)
+        self.file = try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
         self.path = path
         self.encryptionGroupId = encryptionGroupId
         super.init(fileDescriptor: -1, closeOnDealloc: false)

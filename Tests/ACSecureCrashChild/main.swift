@@ -21,6 +21,39 @@ func emit(_ line: String) {
 }
 
 let args = CommandLine.arguments
+
+// Shape mode: one write shape, killed (SIGKILL, by the child itself) right before the engine's
+// system call number <killAt>, or with that call torn: a pwrite is cut after <tearSectors> whole
+// 512-byte sectors of the file, then the process is killed.
+//     ACSecureCrashChild shape <store> <file> <shape> <killAt> <tearSectors>
+// Prints "K <call>" when it kills, "WHOLE" when the tear would cover the whole write (no tear),
+// "C <calls>" when the operation completed; then leaves with _exit(0), without close.
+if args.count == 7, args[1] == "shape" {
+    runShape(store: args[2], path: args[3], shape: args[4], killAt: Int(args[5]) ?? -1, tearSectors: Int(args[6]) ?? 0)
+}
+if args.count == 2, args[1] == "shapes" {
+    for s in CrashShape.all {
+        switch s.operation {
+        case .write(let offset, let count): emit("\(s.name) \(s.before) write \(offset) \(count)")
+        case .truncate(let length): emit("\(s.name) \(s.before) truncate \(length) 0")
+        }
+    }
+    exit(0)
+}
+if args.count == 5, args[1] == "writeback-exit" {
+    // Write-back buffering: a normal exit() without close writes the buffered bytes.
+    do {
+        let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
+        let file = try SecureFile.open(args[3], flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services, buffering: .writeBack)
+        let n = Int(args[4]) ?? 0
+        _ = try (0..<n).map { pattern(1, $0) }.withUnsafeBytes { try file.write($0) }
+        emit("W")
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+}
 guard args.count == 5, let seed = UInt64(args[3]), let operations = Int(args[4]) else {
     emit("E usage: ACSecureCrashChild <store> <file> <seed> <operations>")
     exit(2)
@@ -87,4 +120,75 @@ do {
 } catch {
     emit("E \(error)")
     exit(1)
+}
+
+/// The write shapes of the crash tests: the file's content before, and the operation.
+func runShape(store: String, path: String, shape: String, killAt: Int, tearSectors: Int) -> Never {
+    do {
+        let services = try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum)
+        guard let s = CrashShape(name: shape) else { emit("E unknown shape \(shape)"); _exit(2) }
+        let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
+        if s.before > 0 { _ = try (0..<s.before).map { pattern(0, $0) }.withUnsafeBytes { try setup.pwrite($0, at: 0) } }
+        try setup.close()
+        let file = try SecureFile.open(path, flags: O_RDWR, services: services)
+        final class Counter: @unchecked Sendable { var calls = 0; var killNext = false }
+        let counter = Counter()
+        SecureFileTesting.transferFaultInjector = { call, count, offset in
+            defer { counter.calls += 1 }
+            if counter.killNext || counter.calls == killAt {
+                if !counter.killNext, tearSectors > 0 {
+                    guard call == .pwrite else { emit("WHOLE"); counter.killNext = true; return nil }
+                    let tearEnd = (offset / 512 + Int64(tearSectors)) * 512
+                    if tearEnd - offset >= Int64(count) { emit("WHOLE"); counter.killNext = true; return nil }
+                    counter.killNext = true
+                    return .short(Int(tearEnd - offset))
+                }
+                emit("K \(call.rawValue)")
+                kill(getpid(), SIGKILL)
+            }
+            return nil
+        }
+        switch s.operation {
+        case .write(let offset, let count):
+            _ = try (0..<count).map { pattern(1, $0) }.withUnsafeBytes { try file.pwrite($0, at: Int64(offset)) }
+        case .truncate(let length):
+            try file.truncate(to: Int64(length))
+        }
+        SecureFileTesting.transferFaultInjector = nil
+        emit("C \(counter.calls)")
+        _exit(0)
+    } catch {
+        emit("E \(error)")
+        _exit(1)
+    }
+}
+
+/// Each shape of docs/FORMAT.md "What a crash can cost". The parent reads this table from
+/// `ACSecureCrashChild shapes` (one line each: name before write|truncate a b).
+struct CrashShape {
+    enum Operation { case write(offset: Int, count: Int), truncate(length: Int) }
+    let name: String
+    let before: Int
+    let operation: Operation
+
+    static let all: [CrashShape] = [
+        CrashShape(name: "append-inside-last-chunk", before: 1000, operation: .write(offset: 1000, count: 2000)),
+        CrashShape(name: "append-filling-last-chunk", before: 1000, operation: .write(offset: 1000, count: 3096)),
+        CrashShape(name: "chunk-aligned-append", before: 8192, operation: .write(offset: 8192, count: 4096)),
+        CrashShape(name: "chunk-aligned-small-append", before: 8192, operation: .write(offset: 8192, count: 100)),
+        CrashShape(name: "multi-chunk-append", before: 1000, operation: .write(offset: 1000, count: 10000)),
+        CrashShape(name: "grow-by-ftruncate", before: 1000, operation: .truncate(length: 10000)),
+        CrashShape(name: "write-past-eof-hole", before: 1000, operation: .write(offset: 9000, count: 3000)),
+        CrashShape(name: "overwrite-across-end", before: 5000, operation: .write(offset: 3000, count: 4000)),
+        CrashShape(name: "shrink-inside-middle-chunk", before: 10000, operation: .truncate(length: 5000)),
+        CrashShape(name: "shrink-at-chunk-boundary", before: 10000, operation: .truncate(length: 4096)),
+        CrashShape(name: "shrink-inside-last-chunk", before: 10000, operation: .truncate(length: 9000)),
+        CrashShape(name: "shrink-to-zero", before: 10000, operation: .truncate(length: 0)),
+    ]
+
+    init(name: String, before: Int, operation: Operation) { self.name = name; self.before = before; self.operation = operation }
+    init?(name: String) {
+        guard let s = Self.all.first(where: { $0.name == name }) else { return nil }
+        self = s
+    }
 }

@@ -246,8 +246,12 @@ final class EngineBehaviourTests: XCTestCase {
     func testTruncateByPathAndEmptyFiles() throws {
         let env = try TestEnvironment()
         let path = env.path("t")
-        // A 0-byte file (e.g. from touch) opens as an empty secure file.
+        // A 0-byte file (e.g. from touch) is not a secure file, unless opened to create it.
         close(open(path, O_CREAT | O_WRONLY, 0o644))
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .badKeyOrCorruptData)
+        let created = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try created.close()
+        XCTAssertEqual(fileSize(path), 156, "a creating open writes the header and the empty trailer at once")
         let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
         XCTAssertEqual(try r.readAll(), [])
         try r.close()

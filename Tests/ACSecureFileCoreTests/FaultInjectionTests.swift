@@ -156,8 +156,17 @@ final class FaultInjectionTests: XCTestCase {
                         XCTAssertTrue(e.message.contains(path), "\(label): the message must name the file: \(e.message)")
                     }
                     if r.failedStep == "open(create)" {
-                        // As with open(2), O_CREAT may have created the file: then it is an empty secure file.
-                        if access(path, F_OK) == 0 {
+                        // As with open(2), O_CREAT may have created the file. If it has no header yet
+                        // (0 bytes) it is not a secure file until a creating open gives it one.
+                        if fileSize(path) == 0 {
+                            XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: independent) }, .badKeyOrCorruptData, label)
+                            do {
+                                let again = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: independent)
+                                XCTAssertEqual(try again.size, 0, label)
+                                try again.close()
+                            } catch { XCTFail("\(label): a creating open of the 0-byte file failed: \(error)") }
+                            unlink(path)
+                        } else if access(path, F_OK) == 0 {
                             let v = ConsistencyOracle().verify(path: path, services: env.services, label: "\(label) (failed create)")
                             if !v.isEmpty { XCTFail(v.joined(separator: "\n")) }
                             unlink(path)

@@ -90,10 +90,11 @@ final class MultiProcessWriterTests: XCTestCase {
         let env = try TestEnvironment(appID: "com.example.multiwriter")
         let path = env.path("late")
         close(open(path, O_CREAT | O_WRONLY, 0o644))
-        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        // A read-only creating open of a 0-byte file cannot write the header: it reads as empty.
+        let reader = try SecureFile.open(path, flags: O_RDONLY | O_CREAT, services: env.services, sharing: .processes)
         XCTAssertEqual(try reader.size, 0)
         let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
-        let writer = try SecureFile.open(path, flags: O_RDWR, services: other, sharing: .processes)
+        let writer = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: other, sharing: .processes)
         try writer.write(Array("first".utf8))
         try writer.close()
         XCTAssertEqual(try reader.pread(count: 10, at: 0), Array("first".utf8))
@@ -110,8 +111,10 @@ final class MultiProcessWriterTests: XCTestCase {
         // A second "process": independent state on the same store and file.
         let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
         let b = try SecureFile.open(path, flags: O_RDWR, services: other)
+        // b caches chunk 0 (a handle of another process is not told of later writes by default).
+        XCTAssertEqual(try b.pread(count: 1, at: 0), [0])
         try a.pwrite([1], at: 0)
-        try b.pwrite([2], at: 1)  // b's cache of chunk 0 does not have a's byte
+        try b.pwrite([2], at: 1)  // b's cached chunk 0 does not have a's byte
         try a.close()
         try b.close()
         let c = try SecureFile.open(path, flags: O_RDONLY, services: env.services)

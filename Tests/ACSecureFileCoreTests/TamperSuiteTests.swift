@@ -252,12 +252,16 @@ final class TamperSuiteTests: XCTestCase {
         print("TamperSuite: \(cuts.count) truncation offsets")
     }
 
-    /// A file cut to 0 bytes reads as an empty secure file: indistinguishable from a new (`touch`ed)
-    /// file, so this one truncation is NOT detected (docs/TESTING.md).
-    func testTruncationToZeroBytesIsNotDetected() throws {
+    /// A file cut to 0 bytes is not a secure file: opening it without O_CREAT/O_TRUNC fails
+    /// (a creating open writes the header in the same call, so no secure file is ever 0 bytes).
+    func testTruncationToZeroBytesIsDetected() throws {
         let p = randomBytes(100, &rng)
-        XCTAssertFalse(p.isEmpty)
-        XCTAssertEqual(readBack([], expecting: [], "cut to 0 bytes"), .intact)
+        XCTAssertEqual(readBack([], expecting: p, "cut to 0 bytes"), .detected)
+        let path = env.path("cut-to-zero")
+        writeWholeFile(path, [])
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDWR, services: env.services) }, .badKeyOrCorruptData)
+        XCTAssertEqual(fileSize(path), 0, "a refused open leaves the file as it was")
     }
 
     func testSwappedHeadersAreDetected() throws {

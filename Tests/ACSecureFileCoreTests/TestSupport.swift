@@ -121,3 +121,9 @@ func aceCode(_ body: () throws -> Void) -> ACErrorCode? {
 func errnoOf(_ body: () throws -> Void) -> Int32? {
     do { try body(); return nil } catch let e as SecureFileError { return e.errno } catch { return -1 }
 }
+
+/// The physical size of a file, or -1 when it does not exist.
+func fileSize(_ path: String) -> Int64 {
+    var st = stat()
+    return stat(path, &st) == 0 ? Int64(st.st_size) : -1
+}

@@ -1,0 +1,236 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import ACCrypto
+import ACSecureServices
+
+/// The process-wide table of files open through the engine, by device and inode (and key
+/// provider, so two stores in one process never share keys).
+///
+/// The table's mutex guards only the table and the reference counts: it is never held across file
+/// I/O, key derivation or a record-lock wait. A file opened for the first time is inserted as an
+/// empty state whose own lock is held while it loads, so a second opener of the same file waits
+/// for that load alone, and opens and closes of other files go on meanwhile.
+enum OpenFiles {
+    private struct Key: Hashable { var identity: SharedFile.Identity; var services: ObjectIdentifier }
+    private static let table = Mutex<[Key: SharedFile]>([:])
+    /// Providers whose lock handler is installed. Weak, and compared by identity: an address can be
+    /// reused by a new provider once the old one is gone.
+    private final class WeakProvider: @unchecked Sendable { weak var value: (any KeyProvider)?; init(_ v: any KeyProvider) { value = v } }
+    private static let servicesWithHandler = Mutex<[ObjectIdentifier: WeakProvider]>([:])
+
+    struct Request {
+        var identity: SharedFile.Identity
+        var services: any KeyProvider
+        var key: KeySelection
+        var path: String
+        var fd: Int32
+        var writable: Bool
+        var create: Bool
+        var truncate: Bool
+        var coordinated: Bool
+    }
+
+    static func acquire(_ r: Request) throws(SecureFileError) -> SharedFile {
+        registerLockHandler(r.services)
+        installExitFlush
+        let tableKey = Key(identity: r.identity, services: ObjectIdentifier(r.services))
+        while true {
+            let (shared, isNew) = table.withLock { table -> (SharedFile, Bool) in
+                if let existing = table[tableKey] {
+                    existing.refCount += 1
+                    return (existing, false)
+                }
+                let fresh = SharedFile(identity: r.identity, services: r.services, keySelection: r.key, path: r.path)
+                fresh.lock.lock()  // held until loaded; a new lock, so this never waits
+                fresh.refCount = 1
+                table[tableKey] = fresh
+                return (fresh, true)
+            }
+            if isNew {
+                defer { shared.lock.unlock() }
+                do { try load(shared, r) } catch {
+                    shared.loadFailed = true
+                    table.withLock { table in
+                        shared.refCount -= 1
+                        if table[tableKey] === shared { table[tableKey] = nil }
+                    }
+                    throw error
+                }
+                return shared
+            }
+            shared.lock.lock()
+            if shared.loadFailed {
+                // The first opener could not load it: try again on our own (our flags may differ).
+                shared.lock.unlock()
+                release(shared)
+                continue
+            }
+            do { try attach(shared, r) } catch {
+                shared.lock.unlock()
+                release(shared)
+                throw error
+            }
+            shared.lock.unlock()
+            return shared
+        }
+    }
+
+    /// How many handles this process has open on `identity`, whatever their key provider.
+    static func handleCount(_ identity: SharedFile.Identity) -> Int {
+        table.withLock { $0.reduce(0) { $0 + ($1.key.identity == identity ? $1.value.refCount : 0) } }
+    }
+
+    /// The plaintext size of a file this process has open (it may include cached writes), if any.
+    static func openSize(device: UInt64, inode: UInt64) -> Int64? {
+        let identity = SharedFile.Identity(device: device, inode: inode)
+        let files = table.withLock { $0.filter { $0.key.identity == identity }.map(\.value) }
+        return files.compactMap { f in f.lock.withLock { f.loadFailed || f.header == nil && f.size == 0 ? nil : f.size } }.max()
+    }
+
+    static func release(_ shared: SharedFile) {
+        table.withLock { table in
+            shared.refCount -= 1
+            let key = Key(identity: shared.identity, services: ObjectIdentifier(shared.services))
+            if shared.refCount == 0, table[key] === shared { table[key] = nil }
+        }
+    }
+
+    /// Another handle on a file already open: the same key, a writable descriptor if needed, O_TRUNC.
+    private static func attach(_ existing: SharedFile, _ r: Request) throws(SecureFileError) {
+        try verifyKey(of: existing, key: r.key)
+        if r.writable && !existing.ioFDWritable, case .success(let dupFD) = Sys.dup(r.fd) {
+            _ = Sys.close(existing.ioFD)
+            existing.ioFD = dupFD
+            existing.ioFDWritable = true
+        }
+        if r.coordinated { existing.coordinated = true }
+        guard r.truncate else { return }
+        try existing.ensureKeys()
+        if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
+        do { try existing.truncate(to: 0) } catch {
+            if existing.coordinated { existing.endCoordinated() }
+            throw error
+        }
+        if existing.coordinated { try existing.finishCoordinated() }
+    }
+
+    /// A second opener must hold the file's key too: the shared state must not bypass the check.
+    private static func verifyKey(of shared: SharedFile, key: KeySelection) throws(SecureFileError) {
+        guard let header = shared.header else { return }
+        if key == shared.keySelection { return }
+        let kek: KeyEncryptionKey
+        do { kek = try shared.services.keyEncryptionKey(for: key) } catch {
+            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(shared.path): \(error.message)")
+        }
+        guard header.unwrap(with: kek) != nil else {
+            throw .ace(.badKeyOrCorruptData, "\(shared.path): not encrypted with the \(key) key")
+        }
+    }
+
+    /// Reads the header and authenticates the end of a file opened for the first time (with the
+    /// file's record lock in coordinated mode: another process may be creating or truncating it).
+    private static func load(_ shared: SharedFile, _ r: Request) throws(SecureFileError) {
+        switch Sys.dup(r.fd) {
+        case .success(let d): shared.ioFD = d
+        case .failure(let e): throw .posix(e.rawValue, "\(r.path): dup")
+        }
+        shared.ioFDWritable = r.writable
+        shared.coordinated = r.coordinated
+        if r.coordinated, case .failure(let e) = Sys.lockFile(r.fd, Int16(r.writable ? F_WRLCK : F_RDLCK)) {
+            throw SecureFileError.posix(e.rawValue, "\(r.path): lock")
+        }
+        defer { if r.coordinated { _ = Sys.lockFile(r.fd, Int16(F_UNLCK)) } }
+        let physical: Int64
+        switch Sys.fstat(r.fd) {
+        case .success(let st): physical = Int64(st.st_size)
+        case .failure(let e): throw .posix(e.rawValue, r.path)
+        }
+        var headerBytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
+        var parsed: Result<FileHeader, HeaderParseError> = .failure(.tooShort)
+        if physical > 0 {
+            let got = headerBytes.withUnsafeMutableBytes { Sys.preadFull(r.fd, $0.baseAddress!, $0.count, 0) }
+            switch got {
+            case .success(let n): parsed = n == FileLayout.headerSize ? FileHeader.parse(headerBytes) : .failure(.tooShort)
+            case .failure(let e): throw .posix(e.rawValue, r.path)
+            }
+        }
+        switch parsed {
+        case .success(let header):
+            shared.setLayout(header.layout)
+            shared.header = header
+            // A length that is not a valid file length (an interrupted write or tampering) is
+            // resolved by the end check below: recovered, or refused for changes.
+            shared.diskSize = header.layout.plaintextSize(forPhysicalSize: physical) ?? 0
+            shared.size = shared.diskSize
+            try shared.ensureKeys()
+            // The end is authenticated at open (O(1)); an interrupted write is recovered here. A
+            // file whose end does not authenticate still opens: its tail reports the error when
+            // read, and every change but a cut to 0 is refused.
+            do { try shared.verifyTrailerIfNeeded() } catch {
+                if error.code != .badKeyOrCorruptData { throw error }
+            }
+            if r.truncate { try shared.truncate(to: 0) }
+        case .failure(let why):
+            if physical == 0 {
+                // Only a creating or truncating open may take a 0-byte file as a new secure file
+                // (it writes the header now); otherwise an empty file is a cut secure file, or not one.
+                guard r.create || r.truncate else {
+                    throw .ace(.badKeyOrCorruptData, "\(r.path): the file is empty, not a secure file (cut to 0 bytes, or its creation was interrupted)")
+                }
+                if r.writable { try shared.ensureKeys(); try shared.initializeIfNeeded() }
+            } else if r.truncate, why == .notASecureFile || why == .tooShort {
+                // O_TRUNC of a plain file discards its bytes, as open(2) would; a file that is a
+                // secure file we cannot read is never destroyed this way.
+                try shared.checkIO(Sys.ftruncate(shared.ioFD, 0), "truncate")
+                try shared.ensureKeys()
+                try shared.initializeIfNeeded()
+            } else {
+                throw .ace(.badKeyOrCorruptData, "\(r.path): \(why)")
+            }
+        }
+    }
+
+    /// Before services lock, every file they serve writes its dirty chunk and forgets keys and plaintext.
+    private static func registerLockHandler(_ services: any KeyProvider) {
+        let id = ObjectIdentifier(services)
+        let isNew = servicesWithHandler.withLock { registered in
+            if let known = registered[id]?.value, known === services { return false }
+            registered = registered.filter { $0.value.value != nil }
+            registered[id] = WeakProvider(services)
+            return true
+        }
+        guard isNew else { return }
+        services.addLockHandler { [weak services] in
+            guard let services else { return }
+            let files = table.withLock { Array($0.values) }.filter { $0.services === services }
+            for f in files { f.lock.withLock { f.wipeSecrets() } }
+        }
+    }
+
+    /// Write-back handles keep data in memory, as stdio does: a normal exit (`exit`, return from
+    /// `main`) writes it, like `fflush` at exit. A failure cannot be returned any more, so it is
+    /// printed on standard error, naming the file. `_exit` and signals lose it (documented).
+    private static let installExitFlush: Void = {
+        // Handlers run in reverse order of registration: OpenSSL's cleanup (registered when it
+        // first initialises) must run after this flush, which still encrypts. So initialise it
+        // (a random draw does) before registering.
+        var probe = [UInt8](repeating: 0, count: FileLayout.nonceSize)
+        probe.withUnsafeMutableBytes { NonceGenerator.fill($0) }
+        atexit { OpenFiles.flushAllAtExit() }
+    }()
+
+    static func flushAllAtExit() {
+        let files = table.withLock { Array($0.values) }
+        for f in files {
+            f.lock.withLock {
+                guard f.cacheDirty else { return }
+                do throws(SecureFileError) { try f.flushCache() } catch {
+                    let message = "ACSecureFile: \(f.path): buffered writes lost at exit: \(error.message)\n"
+                    _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+
+/// Sealing and opening chunks and trailers (docs/FORMAT.md "Chunks" and "Trailer"), and the
+/// scratch memory they use. Nothing here decides what to write where: that is the write path's job.
+extension SharedFile {
+    /// Reads and authenticates chunks `first..<first+count` from disk; chunk `i` goes to `destination(i)`.
+    func readChunksFromDisk(first: Int64, count: Int, destination: (Int64) -> UnsafeMutableRawPointer) throws(SecureFileError) {
+        guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
+        let last = first + Int64(count) - 1
+        if last == diskChunks - 1 { try verifyTrailerIfNeeded() }
+        let physical = layout.physicalChunkSize
+        let lastLength = layout.chunkLength(last, size: diskSize)
+        let total = (count - 1) * physical + lastLength + FileLayout.chunkOverhead
+        let buf = ensureScratch(total)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, total, layout.chunkOffset(first)), "read")
+        guard got == total else {
+            throw .ace(.badKeyOrCorruptData, "\(path): file is shorter than its chunks (truncated?)")
+        }
+        for j in 0..<count {
+            let index = first + Int64(j)
+            let length = j == count - 1 ? lastLength : chunkSize
+            guard openChunk(buf + j * physical, index: index, length: length, into: destination(index), cipher: cipher) else {
+                throw .ace(.badKeyOrCorruptData, "\(path): chunk \(index) failed authentication")
+            }
+        }
+    }
+
+    /// Authenticates and decrypts one sealed chunk (nonce ‖ ciphertext ‖ tag) of `length` plaintext bytes.
+    @inline(__always)
+    func openChunk(_ c: UnsafeRawPointer, index: Int64, length: Int, into plaintext: UnsafeMutableRawPointer,
+                   cipher: AESGCMContext) -> Bool {
+        FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
+        return cipher.open(nonce: c, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
+                           ciphertext: UnsafeRawBufferPointer(start: c + FileLayout.nonceSize, count: length),
+                           tag: c + FileLayout.nonceSize + length, plaintext: plaintext)
+    }
+
+    /// Seals `count` plaintext bytes as chunk `index` at `c`; the nonce at `c` must already be fresh.
+    @inline(__always)
+    func sealChunk(_ c: UnsafeMutableRawPointer, index: Int64, plaintext: UnsafeRawPointer, count: Int,
+                   cipher: AESGCMContext) throws(SecureFileError) {
+        FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
+        do {
+            try cipher.seal(nonce: c, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
+                            plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
+                            ciphertext: c + FileLayout.nonceSize, tag: c + FileLayout.nonceSize + count)
+        } catch {
+            throw .ace(.internalError, "\(path): encryption of chunk \(index) failed (\(error))")
+        }
+    }
+
+    func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64) -> Bool {
+        guard let cipher else { return false }
+        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
+        return cipher.open(nonce: t, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+                           ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
+                           tag: t + FileLayout.nonceSize, plaintext: workBase)
+    }
+
+    /// Seals the trailer for `size` at `t` (nonce ‖ tag); `nonceIsSet` when the caller already put a
+    /// fresh nonce there.
+    func sealTrailer(into t: UnsafeMutableRawPointer, size: Int64, nonceIsSet: Bool = false) throws(SecureFileError) {
+        guard let cipher, header != nil else { throw .ace(.noKeys, "\(path): no key") }
+        if !nonceIsSet { NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: t, count: FileLayout.nonceSize)) }
+        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
+        do {
+            try cipher.seal(nonce: t, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+                            plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
+                            ciphertext: t + FileLayout.nonceSize, tag: t + FileLayout.nonceSize)
+        } catch {
+            throw .ace(.internalError, "\(path): sealing the trailer failed (\(error))")
+        }
+    }
+
+    func trailerBytes(size: Int64) throws(SecureFileError) -> [UInt8] {
+        let t = ensureScratch(FileLayout.trailerSize)
+        try sealTrailer(into: t, size: size)
+        return Array(UnsafeRawBufferPointer(start: t, count: FileLayout.trailerSize))
+    }
+
+    func ensureScratch(_ bytes: Int) -> UnsafeMutableRawPointer {
+        if let scratch, scratchCapacity >= bytes { return scratch }
+        scratch?.deallocate()
+        let capacity = max(bytes, 2 * layout.physicalChunkSize + FileLayout.trailerSize)
+        let p = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
+        scratch = p
+        scratchCapacity = capacity
+        return p
+    }
+}
+
+/// A shared, read-only chunk of zeros (the largest chunk size), for holes.
+enum ZeroChunk {
+    nonisolated(unsafe) private static let zeros: UnsafeMutableRawPointer = {
+        let count = 1 << Int(FileLayout.chunkShiftRange.upperBound)
+        let p = UnsafeMutableRawPointer.allocate(byteCount: count, alignment: 64)
+        p.initializeMemory(as: UInt8.self, repeating: 0, count: count)
+        return p
+    }()
+
+    static var pointer: UnsafeRawPointer { UnsafeRawPointer(zeros) }
+}
+
+extension FileLayout {
+    static let trailerAADSize = 32
+
+    /// `trailerAAD(fileID:size:)` ("ACSF end" ‖ file ID ‖ u64 size) written into caller memory,
+    /// so sealing a trailer on every flush of the last chunk allocates nothing.
+    @inline(__always) static func writeTrailerAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, size: Int64) {
+        out.storeBytes(of: UInt64(0x4143_5346_2065_6E64).bigEndian, as: UInt64.self)  // "ACSF end"
+        (out + 8).copyMemory(from: fileID, byteCount: 16)
+        out.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 24, as: UInt64.self)
+    }
+}
+
+/// A plain pthread mutex (held across a whole operation, so not a scoped `Mutex`).
+final class PThreadMutex: @unchecked Sendable {
+    private let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    init() { pthread_mutex_init(m, nil) }
+    deinit { pthread_mutex_destroy(m); m.deallocate() }
+    @inline(__always) func lock() { pthread_mutex_lock(m) }
+    @inline(__always) func unlock() { pthread_mutex_unlock(m) }
+    @inline(__always) func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        lock(); defer { unlock() }
+        return try body()
+    }
+}

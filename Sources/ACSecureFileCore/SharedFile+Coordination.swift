@@ -1,0 +1,59 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Coordinated mode (`Sharing.processes`): other processes may write the file at the same time.
+/// Each operation holds an open-file-description record lock on the whole file (shared for reads,
+/// exclusive for changes), rereads the length and drops the cached chunk before it starts, and has
+/// written everything through before it unlocks.
+extension SharedFile {
+    /// Starts an operation in coordinated mode: an open-file-description lock on the whole file
+    /// (shared for reads, exclusive for changes), then the length is reread and the chunk cache
+    /// dropped, since another process may have changed both.
+    func beginCoordinated(exclusive: Bool) throws(SecureFileError) {
+        try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
+        dropCache()
+        var needsRefresh = false
+        let physical: Int64
+        switch Sys.fstat(ioFD) {
+        case .success(let st): physical = Int64(st.st_size)
+        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
+        }
+        if header == nil, physical > 0 {
+            // Another process gave the empty file its header: read it.
+            var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
+            let got = bytes.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, 0) }
+            guard case .success(let n) = got, n == bytes.count, case .success(let h) = FileHeader.parse(bytes) else {
+                endCoordinated()
+                throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
+            }
+            setLayout(h.layout)
+            header = h
+            keyGeneration = 0
+            do { try ensureKeys() } catch { endCoordinated(); throw error }
+            needsRefresh = true
+        }
+        let expected = layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
+        if header != nil, needsRefresh || physical != expected {
+            diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
+            size = diskSize
+            tailVerified = false
+            tailFailure = nil
+            pendingTailRepair = nil
+            bytesAfterAuthenticatedEnd = 0
+            do { try verifyTrailerIfNeeded() } catch { if error.code != .badKeyOrCorruptData { endCoordinated(); throw error } }
+        }
+    }
+
+    /// Ends a coordinated operation: the change is written through, then the lock released.
+    func finishCoordinated() throws(SecureFileError) {
+        defer { endCoordinated() }
+        try flushCache()
+    }
+
+    func endCoordinated() {
+        if cacheDirty { dropCache() }
+        _ = Sys.lockFile(ioFD, Int16(F_UNLCK))
+    }
+
+}

@@ -1,0 +1,82 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The read path: pread semantics on the logical file, from the chunk cache, straight from disk
+/// for whole chunks (decrypted into the caller's buffer, a batch per system call), or through the
+/// cache for partial chunks.
+extension SharedFile {
+    /// pread semantics on the logical file.
+    func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int {
+        if offset >= size || count == 0 {
+            if offset >= size, header != nil { try verifyTrailerIfNeeded() }
+            return 0
+        }
+        let end = offset + min(Int64(count), size - offset)
+        var pos = offset
+        while pos < end {
+            // Services are locking: stop between batches (a short read), the rest fails with no keys.
+            if pos > offset && stopRequested { break }
+            let index = pos >> Int64(layout.chunkShift)
+            let inChunk = Int(pos - index << Int64(layout.chunkShift))
+            let m = Int(min(Int64(chunkSize - inChunk), end - pos))
+            let dst = buffer + Int(pos - offset)
+            if index == cacheIndex {
+                dst.copyMemory(from: cacheBase + inChunk, byteCount: m)
+                pos += Int64(m)
+                continue
+            }
+            let onDisk = diskChunks
+            if index >= onDisk {
+                // Inside the logical size but past the disk: a hole before a dirty cached chunk.
+                dst.initializeMemory(as: UInt8.self, repeating: 0, count: m)
+                pos += Int64(m)
+                continue
+            }
+            let diskLength = layout.chunkLength(index, size: diskSize)
+            if inChunk == 0 && m >= diskLength {
+                // Whole chunks: decrypt straight into the caller's buffer, many per system call.
+                var run = 1
+                let maxRun = Self.batchBytes >> Int(layout.chunkShift)
+                while run < maxRun {
+                    let next = index + Int64(run)
+                    let nextPos = pos + Int64(run) << Int64(layout.chunkShift)
+                    guard next < onDisk, next != cacheIndex,
+                          nextPos + Int64(layout.chunkLength(next, size: diskSize)) <= end else { break }
+                    run += 1
+                }
+                try readChunksFromDisk(first: index, count: run) { i in
+                    buffer + Int((i << Int64(self.layout.chunkShift)) - offset)
+                }
+                let runEnd = min(end, (index + Int64(run)) << Int64(layout.chunkShift))
+                // A chunk shorter than the span asked for (the disk's last chunk, with a hole after it
+                // up to a dirty cached chunk) reads as zeros beyond its end.
+                let covered = min(runEnd, (index + Int64(run) - 1) << Int64(layout.chunkShift)
+                                  + Int64(layout.chunkLength(index + Int64(run) - 1, size: diskSize)))
+                if covered < runEnd {
+                    (buffer + Int(covered - offset)).initializeMemory(as: UInt8.self, repeating: 0, count: Int(runEnd - covered))
+                }
+                pos = runEnd
+                continue
+            }
+            try loadCache(index)
+            dst.copyMemory(from: cacheBase + inChunk, byteCount: m)
+            pos += Int64(m)
+        }
+        return Int(pos - offset)
+    }
+
+    /// Makes chunk `index` the cached chunk (flushing a dirty one first).
+    func loadCache(_ index: Int64) throws(SecureFileError) {
+        if index == cacheIndex { return }
+        if cacheDirty { try flushCache() }
+        cacheIndex = -1
+        cache.wipe()
+        cacheLength = 0
+        if index < diskChunks {
+            try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
+            cacheLength = layout.chunkLength(index, size: diskSize)
+        }
+        cacheIndex = index
+    }
+}

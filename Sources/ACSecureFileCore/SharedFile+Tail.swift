@@ -1,0 +1,133 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+
+/// The authenticated end of the file: checking it, recovering from an interrupted write, and
+/// refusing to build on an end that does not authenticate (docs/FORMAT.md "Write order").
+///
+/// The end is intact when the trailer authenticates the length the physical size implies **and**
+/// the last chunk authenticates at that length. Every change that moves the end writes beyond the
+/// old end first (new chunks, then the new trailer) and only then the bytes before it, so an
+/// interrupted change leaves the old file complete on disk, followed by some new bytes: the old
+/// trailer and old last chunk still authenticate. Recovery takes the last such end within one write
+/// batch. Bytes after it are never returned; they are reported (`bytesAfterAuthenticatedEnd`) and cut
+/// off by the next change. A file whose end cannot be authenticated at all refuses every change but
+/// a cut to 0 (`tailFailure`), so a truncation can never be sealed over.
+extension SharedFile {
+    /// Checks (once after each change of the disk's length) that the file ends where it was
+    /// written to end. Throws `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR` if no end authenticates.
+    func verifyTrailerIfNeeded() throws(SecureFileError) {
+        if tailVerified { return }
+        if let tailFailure { throw tailFailure }
+        guard header != nil, cipher != nil else { return }
+        let physical = Int64(try checkIO(Sys.fstat(ioFD), "fstat").st_size)
+        let end = layout.physicalSize(forPlaintextSize: diskSize)
+        var trailerOnly = false
+        if physical == end {
+            switch try endAuthenticates(at: end, size: diskSize) {
+            case .intact:
+                tailVerified = true
+                return
+            case .lastChunkFails: trailerOnly = true
+            case .trailerFails: break
+            }
+        }
+        if let (validEnd, validSize) = try findLastValidEnd(physical: physical) {
+            diskSize = validSize
+            size = max(validSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
+            if cacheIndex >= diskChunks && !cacheDirty { cacheIndex = -1 }
+            pendingTailRepair = validEnd < physical ? validEnd : nil
+            bytesAfterAuthenticatedEnd = physical - validEnd
+            tailVerified = true
+            return
+        }
+        if trailerOnly {
+            // The length authenticates but the last chunk does not, and no earlier end does: the
+            // chunk itself was damaged. Reading it fails; the length stands.
+            tailVerified = true
+            return
+        }
+        let failure = SecureFileError.ace(.badKeyOrCorruptData,
+                                          "\(path): length check failed (file truncated, extended or damaged at its end)")
+        tailFailure = failure
+        throw failure
+    }
+
+    /// Changes need an authenticated end: building on a cut file would seal the cut into a file
+    /// that then verifies.
+    func requireAuthenticatedEnd() throws(SecureFileError) {
+        guard header != nil else { return }
+        try verifyTrailerIfNeeded()
+    }
+
+    enum EndCheck { case intact, lastChunkFails, trailerFails }
+
+    /// One read of the last chunk and the trailer before `end`, both authenticated.
+    private func endAuthenticates(at end: Int64, size: Int64) throws(SecureFileError) -> EndCheck {
+        guard let cipher else { return .trailerFails }
+        let trailerAt = end - Int64(FileLayout.trailerSize)
+        let lastIndex = size > 0 ? (size - 1) >> Int64(layout.chunkShift) : -1
+        let from = lastIndex >= 0 ? layout.chunkOffset(lastIndex) : trailerAt
+        let count = Int(end - from)
+        let buf = ensureScratch(count)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read the end of the file")
+        guard got == count, trailerAuthenticates(buf + Int(trailerAt - from), size: size) else { return .trailerFails }
+        guard lastIndex >= 0 else { return .intact }
+        let length = layout.chunkLength(lastIndex, size: size)
+        defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+        return openChunk(buf, index: lastIndex, length: length, into: workBase, cipher: cipher) ? .intact : .lastChunkFails
+    }
+
+    /// Scans back from the physical end, over at most one write batch, for the last position at
+    /// which a trailer authenticates the length that position implies and the last chunk of that
+    /// length authenticates too.
+    private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
+        guard let cipher else { return nil }
+        let minimumEnd = Int64(FileLayout.headerSize + FileLayout.trailerSize)
+        guard physical >= minimumEnd else { return nil }
+        let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * Int64(layout.physicalChunkSize)
+        let lowestEnd = max(minimumEnd, physical - window)
+        // One chunk more than the trailers need, so the last chunk of the lowest end is in the buffer.
+        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(FileLayout.trailerSize) - Int64(layout.physicalChunkSize))
+        let count = Int(physical - from)
+        let buf = ensureScratch(count)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
+        var end = from + Int64(got)
+        while end >= lowestEnd {
+            defer { end -= 1 }
+            guard let size = layout.plaintextSize(forPhysicalSize: end),
+                  trailerAuthenticates(buf + Int(end - from) - FileLayout.trailerSize, size: size) else { continue }
+            if size == 0 { return (end, size) }
+            let lastIndex = (size - 1) >> Int64(layout.chunkShift)
+            let length = layout.chunkLength(lastIndex, size: size)
+            let chunkAt = layout.chunkOffset(lastIndex)
+            guard chunkAt >= from else { continue }
+            let ok = openChunk(buf + Int(chunkAt - from), index: lastIndex, length: length, into: workBase, cipher: cipher)
+            secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
+            if ok { return (end, size) }
+        }
+        return nil
+    }
+
+    /// Cuts off what an interrupted extension left after the last complete file, before the file changes.
+    func repairTornTailIfNeeded() throws(SecureFileError) {
+        guard let end = pendingTailRepair else { return }
+        try checkIO(Sys.ftruncate(ioFD, end), "truncate torn tail")
+        pendingTailRepair = nil
+        bytesAfterAuthenticatedEnd = 0
+    }
+
+    /// After a failed or partial write the disk may not match what we believed: re-read its length
+    /// and authenticate the end again (a failure to do so is kept in `tailFailure`).
+    func resynchronizeAfterFailedWrite() {
+        tailVerified = false
+        if case .success(let st) = Sys.fstat(ioFD) {
+            diskSize = layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) ?? diskSize
+        }
+        size = max(diskSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
+        do { try verifyTrailerIfNeeded() } catch {
+            // Already recorded in tailFailure (or an I/O error): the next change reports it.
+        }
+    }
+}
