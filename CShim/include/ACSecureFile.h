@@ -24,6 +24,22 @@
  *   ACE_INTERNAL_ERROR); missing keys as EACCES (ACE_NO_KEYS_ERROR); a file larger than
  *   2^44 bytes as EFBIG (ACE_FILE_TOO_BIG_ERROR).
  *
+ * When written data is in the file
+ *   By default (write-through) a write is in the file when ACSecureFileWrite/Pwrite/Writev/
+ *   Ftruncate returns, as with write(2): it survives the writer's exit, _exit, abort or SIGKILL,
+ *   and a fresh open in any process reads it. ACSecureFileFsync/Fdatasync make it durable
+ *   (power loss). A crash in the middle of a call loses at most that call's bytes (the file opens
+ *   at its old or new length; docs/FORMAT.md "What a crash can cost").
+ *   Write-back buffering is an explicit opt-in (ACSECURE_OPEN_WRITE_BACK, or
+ *   ACSECURE_BUFFERING=write-back in the environment for an unmodified program): like stdio,
+ *   small writes collect in memory and reach the file at ACSecureFileFlush, Fsync, Fdatasync,
+ *   Close, a services lock and normal process exit (exit() or returning from main); _exit, a
+ *   crash or SIGKILL lose them. A deferred write that fails is reported by the descriptor's next
+ *   call and by its close.
+ *   Another process's descriptor that is already open keeps its own cached length and chunk: it
+ *   sees this process's writes after it reopens, or at every call when both use the coordinated
+ *   mode (ACSECURE_OPEN_SHARED, or ACSECURE_MULTIPROCESS=1).
+ *
  * Secure services
  *   Keys come from secure services (ACSecureServices.h). A program that never calls an
  *   ACSecureServices* function still works: the first secure call starts them from the
@@ -84,6 +100,49 @@ extern "C" {
  * Sets no ACE_* value (there is no descriptor yet).
  */
 int ACSecureFileOpen(const char *path, int oflag, ...);
+
+/** ACSecureFileOpenWithOptions options (bits). */
+enum {
+    /** Write-back buffering: see "When written data is in the file". Ignored with ACSECURE_OPEN_SHARED. */
+    ACSECURE_OPEN_WRITE_BACK = 1u << 0,
+    /** Coordinated mode: other processes read and write the file at the same time (record lock,
+     *  reread and write-through per call). */
+    ACSECURE_OPEN_SHARED = 1u << 1,
+};
+
+/**
+ * ACSecureFileOpen with explicit options (ACSECURE_OPEN_* bits; 0 is ACSecureFileOpen's default
+ * with the environment ignored). mode is used as open() uses it (only with O_CREAT).
+ *
+ * Returns a descriptor, or -1 with ACSecureFileOpen's errno values; EINVAL for an unknown option bit.
+ */
+int ACSecureFileOpenWithOptions(const char *path, int oflag, mode_t mode, unsigned int options);
+
+/**
+ * Writes the descriptor's buffered data (write-back) to the file, as fflush() does: after it a
+ * fresh open anywhere reads it. Nothing is forced to the device. A no-op for write-through
+ * descriptors (their data is already in the file).
+ *
+ * Returns 0, or -1 with errno EBADF (unknown descriptor), EIO, ENOSPC, EDQUOT (the write failed),
+ * EACCES (no keys: ACE_NO_KEYS_ERROR).
+ */
+int ACSecureFileFlush(int fd);
+
+/**
+ * Writes buffered data, then forces the file's data and metadata to the device: everything
+ * written before the call survives a power loss. The corresponding POSIX function is `fsync`.
+ *
+ * Returns 0, or -1 with errno EBADF, EIO, ENOSPC, EDQUOT, EROFS/EINVAL (as fsync), EACCES (no keys
+ * for buffered data: ACE_NO_KEYS_ERROR). fsync(fd) on the descriptor itself does not write the
+ * engine's buffer; use this.
+ */
+int ACSecureFileFsync(int fd);
+
+/**
+ * As ACSecureFileFsync, without forcing metadata that reading the data does not need.
+ * The corresponding POSIX function is `fdatasync`.
+ */
+int ACSecureFileFdatasync(int fd);
 
 /**
  * Closes a secure descriptor; dirty data is encrypted and written first.
@@ -231,11 +290,24 @@ int ACSecureTruncate(const char *path, off_t length);
 /**
  * The ACE_* detail of the last call on fd (ACError.h): ACE_NO_ERROR after a successful call,
  * the failure's detail after a failed one (ACE_NO_ERROR when errno says it all, e.g. ENOSPC).
+ * Right after a successful open it is ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR when the file's end did
+ * not authenticate and an interrupted write was recovered: the bytes of that write after the last
+ * complete end are not read, and the next change of the file removes them (see also
+ * ACSecureFileRecoveredBytes).
  * Call it right after a call on a valid, open descriptor failed; see "Thread safety" above.
  *
  * Returns the ACError value, or -1 with errno EBADF when fd is not an open secure descriptor.
  */
 int ACSecureFileLastError(int fd);
+
+/**
+ * How many bytes follow the file's authenticated end: 0 for an intact file; more after a write
+ * that was interrupted (a crash) or bytes appended by someone else. They are never read; the
+ * next change of the file cuts them off.
+ *
+ * Returns the count, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO.
+ */
+off_t ACSecureFileRecoveredBytes(int fd);
 
 #ifdef __cplusplus
 }

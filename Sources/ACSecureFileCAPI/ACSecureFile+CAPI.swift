@@ -18,8 +18,58 @@ let iovMax: Int32 = 1024
 public func ACSecureFile_openWithMode(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t) -> Int32 {
     CResult.withoutFile { () throws(SecureFileError) -> Int32 in
         let path = try cPath(path, "ACSecureFileOpen")
-        let file = try SecureFile.open(path, flags: oflag, mode: mode)
-        return DescriptorTable.shared.insert(file)
+        return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode))
+    }
+}
+
+@c @implementation
+public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t, _ options: UInt32) -> Int32 {
+    CResult.withoutFile { () throws(SecureFileError) -> Int32 in
+        let path = try cPath(path, "ACSecureFileOpenWithOptions")
+        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED)
+        guard options & ~known == 0 else {
+            throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): unknown option bits \(String(options & ~known, radix: 16))")
+        }
+        let sharing: SecureFile.Sharing = options & UInt32(ACSECURE_OPEN_SHARED) != 0 ? .processes : .thisProcess
+        let buffering: SecureFile.Buffering = options & UInt32(ACSECURE_OPEN_WRITE_BACK) != 0 ? .writeBack : .writeThrough
+        return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode, sharing: sharing, buffering: buffering))
+    }
+}
+
+/// A recovered interrupted write is reported right after the open (ACSecureFileLastError).
+private func insertOpened(_ file: SecureFile) throws(SecureFileError) -> Int32 {
+    let recovered = (try? file.bytesAfterAuthenticatedEnd) ?? 0
+    return DescriptorTable.shared.insert(file, lastError: recovered > 0 ? .badKeyOrCorruptData : .noError)
+}
+
+@c @implementation
+public func ACSecureFileFlush(_ fd: Int32) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.flush()
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureFileFsync(_ fd: Int32) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.sync()
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureFileFdatasync(_ fd: Int32) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.datasync()
+        return 0
+    }
+}
+
+@c @implementation
+public func ACSecureFileRecoveredBytes(_ fd: Int32) -> off_t {
+    CResult.onFile(fd) { file throws(SecureFileError) -> off_t in
+        off_t(try file.bytesAfterAuthenticatedEnd)
     }
 }
 

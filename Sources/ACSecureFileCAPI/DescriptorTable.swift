@@ -35,9 +35,10 @@ final class DescriptorTable: Sendable {
     }
 
     /// Registers a freshly opened file under its kernel descriptor.
-    func insert(_ file: SecureFile) -> Int32 {
+    func insert(_ file: SecureFile, lastError: ACErrorCode = .noError) -> Int32 {
         let fd = file.fileDescriptor
         let entry = Entry(file)
+        entry.lastError.store(lastError.rawValue, ordering: .relaxed)
         state.withLock { s in
             if let stale = s.entries.updateValue(entry, forKey: fd) { s.orphans.append(stale) }
         }
