@@ -264,6 +264,41 @@ final class TamperSuiteTests: XCTestCase {
         XCTAssertEqual(fileSize(path), 0, "a refused open leaves the file as it was")
     }
 
+    /// Issue 15 #1: a file cut at a chunk boundary plus a trailer's length opens, but no later write,
+    /// grow, hole fill or coordinated write may seal a fresh trailer over the cut.
+    func testTruncationIsNotLaunderedByLaterWrites() throws {
+        let p = randomBytes(20_000, &rng)
+        let raw = try encrypt(p, name: "launder")
+        let cut = Array(raw[0..<(Self.header + 2 * (Self.chunk + 28) + 28)])
+        let path = env.path("laundered")
+        let attempts: [(String, (SecureFile) throws -> Void)] = [
+            ("append", { _ = try $0.write([UInt8](repeating: 9, count: 9)) }),
+            ("grow", { try $0.truncate(to: 30_000) }),
+            ("hole", { _ = try $0.pwrite([1], at: 50_000) }),
+            ("overwrite inside", { _ = try $0.pwrite([1, 2, 3], at: 10) }),
+            ("shrink", { try $0.truncate(to: 100) }),
+        ]
+        for (what, attempt) in attempts {
+            for sharing in [SecureFile.Sharing.thisProcess, .processes] {
+                writeWholeFile(path, cut)
+                let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: env.services, sharing: sharing)
+                XCTAssertEqual(aceCode { try attempt(f) }, .badKeyOrCorruptData, "\(what) (\(sharing)) on a cut file must fail")
+                try? f.close()
+                XCTAssertEqual(readWholeFile(path), cut, "\(what) (\(sharing)) left the cut file as it was")
+                XCTAssertEqual(readBack(cut, expecting: p, "cut, after \(what)"), .detected)
+            }
+        }
+        // Emptying it is allowed: nothing authentic is lost.
+        writeWholeFile(path, cut)
+        let emptied = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: env.services)
+        XCTAssertEqual(try emptied.size, 0)
+        try emptied.write([1, 2, 3])
+        try emptied.close()
+        let back = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try back.readAll(), [1, 2, 3])
+        try back.close()
+    }
+
     func testSwappedHeadersAreDetected() throws {
         let p1 = randomBytes(2 * Self.chunk + 10, &rng), p2 = randomBytes(2 * Self.chunk + 10, &rng)
         let a = try encrypt(p1, name: "a"), b = try encrypt(p2, name: "b")
