@@ -62,6 +62,7 @@ struct Encrypt: ParsableCommand {
 
     func validate() throws {
         if input == "-" && global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used when IN is standard input") }
+        if output == "-" { throw ValidationError("OUT cannot be - (a secure file needs a seekable file; write ./- for a file named -)") }
     }
 
     func run() throws {
@@ -80,8 +81,7 @@ func encryptFile(_ input: String, to output: String, key: KeySelection, force: B
     do {
         _ = try copyPlain(fd, name: input, into: file, progress: progress)
     } catch {
-        try? file.close()
-        throw error
+        throw closeAfterFailure(file, pending.temporaryPath, error)
     }
     progress?.finish()
     try closeSecure(file, sync: true)
@@ -164,18 +164,22 @@ struct Write: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write standard input into a secure file.",
         discussion: """
-            Without --append, FILE is replaced as a whole: the new content goes to a temporary secure \
-            file beside it, which is synced and renamed over FILE. With --append, the data is added to \
-            the end of the existing secure file in place.
+            FILE must not exist yet: an existing file (plain or secure, of this app or another) is \
+            replaced only with --force, and then keeps its permission bits. The new content goes to a \
+            temporary secure file beside FILE, which is synced and renamed over it: FILE appears \
+            whole or not at all. With --append, the data is added to the end of an existing secure \
+            file of this app in place.
             """)
 
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The secure file.") var file: String
     @Option(help: ArgumentHelp("The encryption group whose key protects (or protects) the file.", valueName: "id")) var group: String?
     @Flag(help: "Append to an existing secure file instead of replacing it.") var append = false
+    @Flag(help: "Replace FILE if it exists (keeping its permission bits).") var force = false
 
     func validate() throws {
         if global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used with write (standard input is the data)") }
+        if file == "-" { throw ValidationError("FILE cannot be - (a secure file needs a seekable file; write ./- for a file named -)") }
     }
 
     func run() throws {
@@ -185,22 +189,36 @@ struct Write: ParsableCommand {
             let key = try keySelection(for: file, info: info, groups: group.map { [$0] } ?? [], services: services)
             let f = try openSecure(file, flags: O_WRONLY | O_APPEND, key: key, services: services)
             do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
-                try? f.close()
-                throw error
+                throw closeAfterFailure(f, file, error)
             }
             try closeSecure(f, sync: true)
             return
         }
         let key: KeySelection = group.map { .group($0) } ?? .app
-        let pending = try PendingOutput(destination: file, force: true)
-        let f = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
-        do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
-            try? f.close()
-            throw error
+        // Checked before reading a byte of standard input, and again (link) when the file appears.
+        let pending = try PendingOutput(destination: file, force: force,
+                                        replaceHint: "use --force to replace it, or --append to add to a secure file")
+        let f = try pending.namingDestination(creating: true) { () throws(CLIError) in
+            try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
         }
-        try closeSecure(f, sync: true)
-        try pending.commit(force: true)
+        try pending.namingDestination { () throws(CLIError) in
+            do throws(CLIError) { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
+                throw closeAfterFailure(f, pending.temporaryPath, error)
+            }
+            try closeSecure(f, sync: true)
+        }
+        if force { try pending.keepModeOfReplacedFile() }
+        try pending.commit(force: force)
     }
+}
+
+/// Closes `file` after `error` stopped a write into it. A close that fails too is reported with
+/// the first error, not hidden.
+func closeAfterFailure(_ file: SecureFile, _ path: String, _ error: CLIError) -> CLIError {
+    do { try file.close() } catch let closeError {
+        return CLIError(error.status, "\(error.message); closing \(path) failed too: \(CLIError(closeError).message)")
+    }
+    return error
 }
 
 // MARK: share / rekey

@@ -72,11 +72,14 @@ enum PlainIO {
 final class PendingOutput {
     let destination: String
     let temporaryPath: String
+    /// What the refusal to replace an existing output suggests.
+    private let replaceHint: String
     private var committed = false
 
-    init(destination: String, force: Bool) throws(CLIError) {
+    init(destination: String, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
+        self.replaceHint = replaceHint
         if !force && PlainIO.exists(destination) {
-            throw CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+            throw CLIError(.usage, "\(destination): already exists (\(replaceHint))")
         }
         var st = stat()
         if lstat(destination, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR {
@@ -97,7 +100,7 @@ final class PendingOutput {
         } else {
             guard link(temporaryPath, destination) == 0 else {
                 let e = errno
-                throw e == EEXIST ? CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+                throw e == EEXIST ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
                                   : CLIError.posix(e, "\(destination): link")
             }
             _ = unlink(temporaryPath)
@@ -105,6 +108,29 @@ final class PendingOutput {
         committed = true
         PendingOutputs.unregister(temporaryPath)
         PlainIO.fsyncDirectory(of: destination)
+    }
+
+    /// Gives the finished temporary file the permission bits of the regular file it is about to
+    /// replace, so `write --force` onto a 0444 file leaves a 0444 file. Read just before the
+    /// rename; nothing to do when there is no such file.
+    func keepModeOfReplacedFile() throws(CLIError) {
+        var st = stat()
+        guard lstat(destination, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return }
+        guard chmod(temporaryPath, st.st_mode & 0o777) == 0 else { throw CLIError.posix(errno, "\(destination): chmod") }
+    }
+
+    /// Runs `body`, which creates (`creating`) or fills the temporary file. Its errors name the
+    /// output the user asked for instead of the temporary name, which the user never chose and
+    /// which is gone afterwards: "out.acsf: cannot create a file in dir/: Permission denied".
+    func namingDestination<T>(creating: Bool = false, _ body: () throws(CLIError) -> T) throws(CLIError) -> T {
+        do { return try body() } catch {
+            var text = error.message
+            if creating && text.hasPrefix(temporaryPath + ": ") {
+                text = "\(destination): cannot create a file in \(PlainIO.directory(of: destination))/: "
+                    + text.dropFirst(temporaryPath.count + 2)
+            }
+            throw CLIError(error.status, text.replacing(temporaryPath, with: destination))
+        }
     }
 
     deinit {

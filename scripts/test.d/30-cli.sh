@@ -173,6 +173,37 @@ run 0 "cat after append" cat w.acsf
 expect "append adds to the end" bash -c "{ cat plain.txt; echo 'appended $MARKER'; } | cmp -s - out"
 run 1 "write refuses --passcode-stdin" write --passcode-stdin w.acsf
 
+# --- write, decrypt and the messages never lose data or mislead (issue 13)
+STDIN=plain.txt run 1 "write refuses to replace its own secure file" write w.acsf
+expect "the refusal names the file and --force" grep -q "w.acsf.*already exists.*--force" err
+printf 'keep me\n' >keep.txt
+STDIN=plain.txt run 1 "write refuses to replace a plain file" write keep.txt
+expect "the plain file is unchanged" test "$(cat keep.txt)" = "keep me"
+clean_output "write refusal"
+printf 'read-only\n' >ro.txt; chmod 0444 ro.txt
+STDIN=plain.txt run 1 "write refuses to replace a 0444 file" write ro.txt
+expect "the 0444 file is unchanged" test "$(cat ro.txt)" = read-only -a "$(stat -c %a ro.txt)" = 444
+STDIN=<(echo "other app data") run 0 "write as another app" write --app-id other.app other.acsf
+sum_other="$(sha256sum other.acsf)"
+STDIN=plain.txt run 1 "write refuses to replace another app's secure file" write other.acsf
+expect "the other app's file is unchanged" test "$(sha256sum other.acsf)" = "$sum_other"
+expect "refused writes leave no temp file" no_temp_files .
+STDIN=plain.txt run 0 "write --force replaces a 0444 file" write --force ro.txt
+expect "write --force keeps the mode 0444" test "$(stat -c %a ro.txt)" = 444
+run 0 "cat after write --force" cat ro.txt
+expect "write --force wrote the new content" cmp -s out plain.txt
+chmod 0640 keep.txt
+STDIN=plain.txt run 0 "write --force replaces a 0640 plain file" write --force keep.txt
+expect "write --force keeps the mode 0640" test "$(stat -c %a keep.txt)" = 640
+STDIN=plain.txt run 0 "write --force replaces another app's secure file" write --force other.acsf
+run 0 "cat after replacing another app's file" cat other.acsf
+expect "the replaced file is this app's now" cmp -s out plain.txt
+STDIN=plain.txt run 1 "write - is refused (no file named -)" write -
+expect "write - created no file named -" test ! -e ./-
+rm -f ./-
+run 1 "encrypt to - is refused (no file named -)" encrypt plain.txt -
+expect "encrypt to - created no file named -" test ! -e ./-
+
 # --- share (header only) and rekey
 cp a.acsf s.acsf
 run 0 "share with a group" share s.acsf --group com.example.group
