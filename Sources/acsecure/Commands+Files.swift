@@ -94,21 +94,37 @@ struct Decrypt: ParsableCommand {
         discussion: """
             Every chunk and the file's length are authenticated; OUT appears (temporary file, sync, \
             rename) only when the whole file was read successfully, so a damaged file never leaves a \
-            partial plaintext behind.
+            partial plaintext behind. OUT may be - for standard output: then, as with `cat`, each \
+            chunk is written once it authenticated, so a file damaged in the middle has its good \
+            beginning written before the error (and a non-zero exit).
             """)
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @Argument(help: "The secure file.") var input: String
-    @Argument(help: "The plain file to create.") var output: String
+    @Argument(help: "The plain file to create (- for standard output).") var output: String
     @Flag(help: "Replace OUT if it exists.") var force = false
 
     func run() throws {
         let services = try global.openServices()
         let info = try secureInfo(input)
         let key = try keys.selection(for: input, info: info, services: services)
-        try decryptFile(input, to: output, key: key, force: force, services: services)
+        if output == "-" {
+            try decryptToStandardOutput(input, info: info, key: key, services: services)
+        } else {
+            try decryptFile(input, to: output, key: key, force: force, services: services)
+        }
     }
+}
+
+/// `decrypt IN -`: streams the plaintext to standard output as `cat` does (a file is never
+/// created for -).
+func decryptToStandardOutput(_ input: String, info: SecureFileInfo, key: KeySelection, services: SecureServices) throws(CLIError) {
+    let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
+    defer { try? file.close() }
+    let progress = Progress.make("decrypt \(input)", total: isatty(1) == 1 ? nil : info.plaintextSize)
+    _ = try copySecure(file, to: 1, outputName: "standard output", progress: progress)
+    progress?.finish()
 }
 
 /// Decrypts a secure file into a new plain file (0600) that appears only once all of it authenticated.

@@ -203,6 +203,12 @@ expect "write - created no file named -" test ! -e ./-
 rm -f ./-
 run 1 "encrypt to - is refused (no file named -)" encrypt plain.txt -
 expect "encrypt to - created no file named -" test ! -e ./-
+rm -f ./-
+run 0 "decrypt to - writes standard output" decrypt a.acsf -
+expect "decrypt - gives the plaintext on stdout" cmp -s out plain.txt
+expect "decrypt - created no file named -" test ! -e ./-
+run 4 "decrypt - of a tampered file fails" decrypt t.acsf -
+expect "decrypt - of a tampered file names chunk 3" grep -q "t.acsf: chunk 3" err
 
 # --- share (header only) and rekey
 cp a.acsf s.acsf
