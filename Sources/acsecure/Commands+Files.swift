@@ -12,6 +12,11 @@ import ACSecureSharing
 func keySelection(for path: String, info: SecureFileInfo, groups: [String], services: SecureServices) throws(CLIError) -> KeySelection {
     switch info.keyClass {
     case KeyEncryptionKey.KeyClass.app.rawValue:
+        // The fingerprint tells another app's (or store's) file from a damaged one before the
+        // engine's plain "does not unwrap", so the error can say what to try.
+        if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint != info.keyFingerprint {
+            throw CLIError(.badKeyOrCorrupt, "\(path): the file key does not unwrap with the app key: the file belongs to another app ID or store (not app ID \(services.appID) in \(services.storeDirectory)); pass its --app-id ID or --store DIR (\(ACErrorCode.badKeyOrCorruptData.name))")
+        }
         return .app
     case KeyEncryptionKey.KeyClass.group.rawValue:
         for id in groups {
@@ -19,7 +24,7 @@ func keySelection(for path: String, info: SecureFileInfo, groups: [String], serv
                 return .group(id)
             }
         }
-        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) does not match"
+        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) in \(services.storeDirectory) does not match (another group, or pass --store DIR)"
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with an encryption group key; \(why) (\(ACErrorCode.badKeyOrCorruptData.name))")
     default:
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with a handed-over key (\(info.keyClassName)) that acsecure cannot derive (\(ACErrorCode.badKeyOrCorruptData.name))")

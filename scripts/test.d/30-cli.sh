@@ -209,6 +209,13 @@ expect "decrypt - gives the plaintext on stdout" cmp -s out plain.txt
 expect "decrypt - created no file named -" test ! -e ./-
 run 4 "decrypt - of a tampered file fails" decrypt t.acsf -
 expect "decrypt - of a tampered file names chunk 3" grep -q "t.acsf: chunk 3" err
+run 4 "cat as another app ID" cat --app-id other.app a.acsf
+expect "the wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store.*ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR" err
+clean_output "wrong-app error"
+run 4 "decrypt as another app ID" decrypt --app-id other.app a.acsf other.txt
+expect "decrypt's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
+STDIN=<(echo more) run 4 "write --append as another app ID" write --append --app-id other.app a.acsf
+expect "append's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
 
 # --- share (header only) and rekey
 cp a.acsf s.acsf
@@ -216,6 +223,8 @@ run 0 "share with a group" share s.acsf --group com.example.group
 expect "share rewrote the header only" cmp -s <(tail -c +129 a.acsf) <(tail -c +129 s.acsf)
 run 4 "cat a group file without --group" cat s.acsf
 expect "the error asks for --group" grep -q "group" err
+run 4 "cat a group file with another group's key" cat --group com.example.other s.acsf
+expect "the error names the group and suggests --store" grep -q "s.acsf:.*com.example.other.*--store" err
 run 0 "cat a group file with --group" cat --group com.example.group s.acsf
 expect "group file round trip" cmp -s out plain.txt
 run 0 "stat a group file" stat s.acsf
