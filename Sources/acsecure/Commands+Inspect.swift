@@ -33,18 +33,10 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     }
     defer { try? file.close() }
 
-    // The length first: the engine authenticates it at open and reports anything after the
-    // authenticated end (a torn write or appended bytes), which reads never return.
     let size: Int64
-    do {
-        let extra = try file.bytesAfterAuthenticatedEnd
-        if extra > 0 {
-            return .failed(reason: "\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
-        }
-        size = try file.size
-    } catch {
-        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
-        return .failed(reason: "\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
+    switch try authenticateLength(file, path: path) {
+    case .authenticated(let n): size = n
+    case .failed(let reason): return .failed(reason: reason, chunk: nil)
     }
     let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
     let chunks = layout.chunkCount(forSize: size)
@@ -62,16 +54,6 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
                 done += n
             }
         }
-    }
-
-    // The length first: a read at the end of the file checks only the trailer.
-    do {
-        _ = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in
-            try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: b[0..<1]), at: size)
-        }
-    } catch {
-        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
-        return .failed(reason: "\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
     }
 
     let progress = Progress.make("verify \(path)", total: size)
@@ -99,6 +81,34 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     }
     progress?.finish()
     return .ok(size: size, chunks: chunks)
+}
+
+enum LengthCheck {
+    case authenticated(Int64)
+    /// Why the length does not authenticate (names the file and the ACE_* reason).
+    case failed(String)
+}
+
+/// Authenticates the length of an open secure file (the trailer) and checks that nothing follows
+/// the authenticated end: what a cut at a chunk boundary, appended bytes or a torn write change.
+/// Throws only when it cannot tell (I/O errors).
+func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> LengthCheck {
+    do {
+        // The engine authenticates the length at open and reports anything after the authenticated
+        // end (a torn write or appended bytes), which reads never return.
+        let extra = try file.bytesAfterAuthenticatedEnd
+        if extra > 0 {
+            return .failed("\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
+        }
+        let size = try file.size
+        // A read at the end of the file checks only the trailer.
+        let byte = SecureBytes(count: 1)
+        _ = try byte.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try file.pread(into: b, at: size) }
+        return .authenticated(size)
+    } catch {
+        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
+        return .failed("\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))")
+    }
 }
 
 struct Verify: ParsableCommand {
@@ -150,9 +160,11 @@ struct Stat: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a secure file's header: sizes, chunk size, key class, file ID.",
         discussion: """
-            Reads the header only: no key is needed and nothing is decrypted. When the store can be \
+            Reads the header: no key is needed and nothing is decrypted. When the store can be \
             opened without asking (no passcode, or $ACSECURE_PASSCODE), also says whether this app's \
-            key (or a --group key) opens the file.
+            key (or a --group key) opens the file and, if it does, whether the file's length \
+            authenticates; a file cut or extended since it was written gets a warning on stderr \
+            (`verify` checks every chunk as well).
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -173,29 +185,54 @@ struct Stat: ParsableCommand {
             print("  size on disk:    \(info.physicalSize) bytes")
             print("  chunk size:      \(info.chunkSize) bytes (\(layout.chunkCount(forSize: info.plaintextSize)) chunks)")
             print("  key class:       \(info.keyClassName)")
-            print("  opens with:      \(owner(info, services))")
+            let (owner, key) = owner(info, services)
+            print("  opens with:      \(owner)")
+            let length = try lengthLine(path, key: key, services: services)
+            print("  length:          \(length.text)")
             print("  file ID:         \(hex(info.fileID))")
             print("  key fingerprint: \(hex(info.keyFingerprint))")
+            if let warning = length.warning {
+                fflush(nil)
+                writeStderr("acsecure: warning: \(warning); run `acsecure verify` to check every chunk\n")
+            }
         }
     }
 
-    private func owner(_ info: SecureFileInfo, _ services: SecureServices?) -> String {
-        guard let services else { return "unknown (store locked or missing)" }
+    /// Who can open the file, and the key that does when it is at hand.
+    private func owner(_ info: SecureFileInfo, _ services: SecureServices?) -> (String, KeySelection?) {
+        guard let services else { return ("unknown (store locked or missing)", nil) }
         if info.keyClass == KeyEncryptionKey.KeyClass.app.rawValue {
             if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint == info.keyFingerprint {
-                return "this app's key (app ID \(services.appID))"
+                return ("this app's key (app ID \(services.appID))", .app)
             }
-            return "another app's or another store's key (not app ID \(services.appID) in \(services.storeDirectory))"
+            return ("another app's or another store's key (not app ID \(services.appID) in \(services.storeDirectory))", nil)
         }
         if info.keyClass == KeyEncryptionKey.KeyClass.group.rawValue {
             for id in keys.groups {
                 if let kek = try? services.keyEncryptionKey(for: .group(id)), kek.fingerprint == info.keyFingerprint {
-                    return "the key of encryption group \(id)"
+                    return ("the key of encryption group \(id)", .group(id))
                 }
             }
-            return keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store"
+            return (keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store", nil)
         }
-        return "a handed-over key (crypto block)"
+        return ("a handed-over key (crypto block)", nil)
+    }
+
+    /// The header's length is only what the file's size implies: a cut at a chunk boundary still
+    /// gives a valid-looking size. With the key, the trailer says whether it is the written length.
+    private func lengthLine(_ path: String, key: KeySelection?, services: SecureServices?) throws(CLIError) -> (text: String, warning: String?) {
+        guard let key, let services else { return ("not checked (needs the file's key)", nil) }
+        let file: SecureFile
+        do { file = try SecureFile.open(path, flags: O_RDONLY, key: key, services: services) } catch {
+            if error.code != .badKeyOrCorruptData { throw CLIError(error) }
+            let reason = CLIError(error).message
+            return ("FAILED: \(reason)", reason)
+        }
+        defer { try? file.close() }
+        switch try authenticateLength(file, path: path) {
+        case .authenticated: return ("authenticated (the trailer matches the size)", nil)
+        case .failed(let reason): return ("FAILED: \(reason)", reason)
+        }
     }
 }
 

@@ -216,6 +216,13 @@ run 4 "decrypt as another app ID" decrypt --app-id other.app a.acsf other.txt
 expect "decrypt's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
 STDIN=<(echo more) run 4 "write --append as another app ID" write --append --app-id other.app a.acsf
 expect "append's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
+run 0 "stat a whole file" stat a.acsf
+expect "stat says the length authenticates" grep -q "length: *authenticated" out
+expect "stat of a whole file warns of nothing" test ! -s err
+run 0 "stat a file cut at a chunk boundary" stat cut.acsf
+expect "stat warns that the length does not authenticate" grep -q "warning: cut.acsf: .*length" err
+expect "stat shows the failed length check" grep -q "length: *FAILED" out
+clean_output "stat a cut file"
 
 # --- share (header only) and rekey
 cp a.acsf s.acsf
