@@ -244,7 +244,8 @@ struct List: ParsableCommand {
         abstract: "List a directory and say which files are secure files.",
         discussion: """
             From the headers only (no key needed). KIND is secure, damaged (a secure file header with an \
-            impossible length), plain, dir, link or other; SIZE is the plaintext size for secure files.
+            impossible length), plain, unreadable (cannot be opened or read: the reason and errno go \
+            to stderr), dir, link or other; SIZE is the plaintext size for secure files.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -264,12 +265,12 @@ struct List: ParsableCommand {
             }
             closedir(d)
             if dirs.count > 1 { print("\(dir):") }
-            print("KIND     " + pad("SIZE", 14) + "  KEY    NAME")
+            print("KIND       " + pad("SIZE", 14) + "  KEY    NAME")
             for name in names.sorted() {
                 let path = dir.hasSuffix("/") ? dir + name : dir + "/" + name
                 let (kind, size, key) = classify(path)
                 if secureOnly && kind != "secure" { continue }
-                print(kind.padding(8) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name)
+                print(kind.padding(10) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name)
             }
         }
     }
@@ -283,18 +284,38 @@ struct List: ParsableCommand {
         case S_IFREG: break
         default: return ("other", "-", "-")
         }
-        if let info = try? SecureFileSystem.info(path) {
+        // Read the start first: a file that cannot be opened or read is not known to be plain.
+        let magic: Bool
+        switch readSecureMagic(path) {
+        case .success(let m): magic = m
+        case .failure(let e):
+            fflush(nil)
+            writeStderr("acsecure: warning: \(path): cannot read: \(String(cString: strerror(e.code))) (\(errnoName(e.code)))\n")
+            return ("unreadable", "\(st.st_size)", "-")
+        }
+        if magic, let info = try? SecureFileSystem.info(path) {
             return ("secure", "\(info.plaintextSize)", info.keyClass == 3 ? "block" : info.keyClassName)
         }
-        return (hasSecureMagic(path) ? "damaged" : "plain", "\(st.st_size)", "-")
+        return (magic ? "damaged" : "plain", "\(st.st_size)", "-")
     }
 
-    private func hasSecureMagic(_ path: String) -> Bool {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
-        guard fd >= 0 else { return false }
+    struct Errno: Error { var code: Int32 }
+
+    /// Whether the file starts with the secure file magic, or the errno of the open or read that failed.
+    private func readSecureMagic(_ path: String) -> Result<Bool, Errno> {
+        var fd: Int32
+        repeat { fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW) } while fd < 0 && errno == EINTR
+        guard fd >= 0 else { return .failure(Errno(code: errno)) }
         defer { Glibc.close(fd) }
         var magic = [UInt8](repeating: 0, count: 4)
-        return Glibc.read(fd, &magic, 4) == 4 && magic == FileHeader.magic
+        var got = 0
+        while got < magic.count {
+            let n = magic.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + got, $0.count - got) }
+            if n < 0 { if errno == EINTR { continue }; return .failure(Errno(code: errno)) }
+            if n == 0 { break }
+            got += n
+        }
+        return .success(got == magic.count && magic == FileHeader.magic)
     }
 
     private func pad(_ s: String, _ width: Int) -> String {

@@ -37,10 +37,11 @@ failed=0
 ok()   { passed=$((passed + 1)); echo "  ok    $1"; }
 fail() { failed=$((failed + 1)); echo "  FAIL  $1" >&2; [ -s out ] && sed 's/^/        out: /' out | head -5 >&2; [ -s err ] && sed 's/^/        err: /' err | head -5 >&2; }
 
-# run EXPECTED_STATUS NAME ARGS... : runs acsecure (stdin from $STDIN or /dev/null), output in out/err.
+# run EXPECTED_STATUS NAME ARGS... : runs acsecure (stdin from $STDIN or /dev/null), output in out/err;
+# $WRAP (a command prefix, e.g. "$nodac") runs it under another command.
 run() {
   local want="$1" name="$2"; shift 2
-  "$bin" "$@" <"${STDIN:-/dev/null}" >out 2>err
+  ${WRAP:-} "$bin" "$@" <"${STDIN:-/dev/null}" >out 2>err
   local got=$?
   if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else fail "$name: exit $got, expected $want"; fi
 }
@@ -50,6 +51,12 @@ expect() { local name="$1"; shift; if "$@"; then ok "$name"; else fail "$name"; 
 clean_output() {
   if grep -q -e "$MARKER" -e "$PASS1" -e "$PASS2" out err; then fail "$1: plaintext or passcode in the output"; else ok "$1: no plaintext or passcode in the output"; fi
 }
+# File modes bind root too under $nodac: it drops the capabilities that let root ignore them.
+nodac=""
+if [ "$(id -u)" != 0 ]; then nodac_ok=1
+elif command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set=-dac_override,-dac_read_search true 2>/dev/null; then
+  nodac="setpriv --bounding-set=-dac_override,-dac_read_search"; nodac_ok=1
+else nodac_ok=0; fi
 no_temp_files() { ! ls -A "$1" | grep -qE 'acsecure-tmp|\.rotate-'; }
 
 # A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
@@ -223,6 +230,15 @@ run 0 "stat a file cut at a chunk boundary" stat cut.acsf
 expect "stat warns that the length does not authenticate" grep -q "warning: cut.acsf: .*length" err
 expect "stat shows the failed length check" grep -q "length: *FAILED" out
 clean_output "stat a cut file"
+if [ "$nodac_ok" = 1 ]; then
+  mkdir lsdir; cp a.acsf lsdir/; printf 'x' >lsdir/locked; chmod 000 lsdir/locked
+  WRAP="$nodac" run 0 "ls a directory with an unreadable file" ls lsdir
+  expect "ls calls an unreadable file unreadable, not plain" grep -qE "^unreadable +1 +- +locked$" out
+  expect "ls gives the path and errno" grep -q "lsdir/locked.*EACCES" err
+  expect "ls still lists the secure file" grep -qE "^secure +$size +app +a.acsf$" out
+else
+  echo "  skip  unreadable files (root without setpriv)"
+fi
 
 # --- share (header only) and rekey
 cp a.acsf s.acsf
