@@ -81,15 +81,19 @@ func encryptFile(_ input: String, to output: String, key: KeySelection, force: B
     let fd = input == "-" ? 0 : try PlainIO.open(input, O_RDONLY)
     defer { if fd != 0 { Glibc.close(fd) } }
     let pending = try PendingOutput(destination: output, force: force)
-    let file = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
-    let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
-    do {
-        _ = try copyPlain(fd, name: input, into: file, progress: progress)
-    } catch {
-        throw closeAfterFailure(file, pending.temporaryPath, error)
+    let file = try pending.namingDestination(creating: true) { () throws(CLIError) in
+        try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
     }
-    progress?.finish()
-    try closeSecure(file, sync: true)
+    let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
+    try pending.namingDestination { () throws(CLIError) in
+        do throws(CLIError) {
+            _ = try copyPlain(fd, name: input, into: file, progress: progress)
+        } catch {
+            throw closeAfterFailure(file, pending.temporaryPath, error)
+        }
+        progress?.finish()
+        try closeSecure(file, sync: true)
+    }
     try pending.commit(force: force)
 }
 
@@ -137,7 +141,9 @@ func decryptFile(_ input: String, to output: String, key: KeySelection, force: B
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let pending = try PendingOutput(destination: output, force: force)
-    let fd = try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+    let fd = try pending.namingDestination(creating: true) { () throws(CLIError) in
+        try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+    }
     var closed = false
     defer { if !closed { Glibc.close(fd) } }
     let progress = Progress.make("decrypt \(input)", total: try? file.size)

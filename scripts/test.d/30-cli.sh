@@ -236,8 +236,16 @@ if [ "$nodac_ok" = 1 ]; then
   expect "ls calls an unreadable file unreadable, not plain" grep -qE "^unreadable +1 +- +locked$" out
   expect "ls gives the path and errno" grep -q "lsdir/locked.*EACCES" err
   expect "ls still lists the secure file" grep -qE "^secure +$size +app +a.acsf$" out
+  mkdir rodir; chmod 0555 rodir
+  WRAP="$nodac" run 2 "encrypt into an unwritable directory" encrypt plain.txt rodir/o.acsf
+  expect "encrypt names the output, not the temporary file" bash -c "grep -q 'rodir/o.acsf.*EACCES' err && ! grep -q acsecure-tmp err"
+  WRAP="$nodac" run 2 "decrypt into an unwritable directory" decrypt a.acsf rodir/o.txt
+  expect "decrypt names the output, not the temporary file" bash -c "grep -q 'rodir/o.txt.*EACCES' err && ! grep -q acsecure-tmp err"
+  WRAP="$nodac" STDIN=plain.txt run 2 "write into an unwritable directory" write rodir/w.acsf
+  expect "write names the output, not the temporary file" bash -c "grep -q 'rodir/w.acsf.*EACCES' err && ! grep -q acsecure-tmp err"
+  clean_output "write into an unwritable directory"
 else
-  echo "  skip  unreadable files (root without setpriv)"
+  echo "  skip  unreadable files and unwritable directories (root without setpriv)"
 fi
 
 # --- share (header only) and rekey
