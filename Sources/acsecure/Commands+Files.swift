@@ -194,7 +194,8 @@ struct Write: ParsableCommand {
             FILE must not exist yet: an existing file (plain or secure, of this app or another) is \
             replaced only with --force, and then keeps its permission bits. The new content goes to a \
             temporary secure file beside FILE, which is synced and renamed over it: FILE appears \
-            whole or not at all. With --append, the data is added to the end of an existing secure \
+            whole or not at all. If FILE appears while standard input is read, it is not replaced and \
+            the temporary file is kept (the error names it). With --append, the data is added to the end of an existing secure \
             file of this app in place.
             """)
 
@@ -235,7 +236,8 @@ struct Write: ParsableCommand {
             try closeSecure(f, sync: true)
         }
         if force { try pending.keepModeOfReplacedFile() }
-        try pending.commit(force: force)
+        // Standard input cannot be read again: if FILE appeared meanwhile, keep what was read.
+        try pending.commit(force: force, keepOnFailure: true)
     }
 }
 

@@ -94,16 +94,26 @@ final class PendingOutput {
 
     /// Moves the finished file into place. Without `force`, `link` + `unlink` so an output that
     /// appeared meanwhile is not replaced; with it, `rename`.
-    func commit(force: Bool) throws(CLIError) {
+    /// - Parameter keepOnFailure: when the move fails, leave the finished temporary file and name
+    ///   it in the error, for content that cannot be produced again (standard input).
+    func commit(force: Bool, keepOnFailure: Bool = false) throws(CLIError) {
+        var failure: CLIError?
         if force {
-            guard rename(temporaryPath, destination) == 0 else { throw CLIError.posix(errno, "\(destination): rename") }
-        } else {
-            guard link(temporaryPath, destination) == 0 else {
-                let e = errno
-                throw e == EEXIST ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
+            if rename(temporaryPath, destination) != 0 { failure = CLIError.posix(errno, "\(destination): rename") }
+        } else if link(temporaryPath, destination) != 0 {
+            let e = errno
+            failure = e == EEXIST ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
                                   : CLIError.posix(e, "\(destination): link")
-            }
+        } else {
             _ = unlink(temporaryPath)
+        }
+        if var failure {
+            if keepOnFailure {
+                committed = true
+                PendingOutputs.unregister(temporaryPath)
+                failure.message += "; what was written is kept in \(temporaryPath)"
+            }
+            throw failure
         }
         committed = true
         PendingOutputs.unregister(temporaryPath)

@@ -195,6 +195,23 @@ sum_other="$(sha256sum other.acsf)"
 STDIN=plain.txt run 1 "write refuses to replace another app's secure file" write other.acsf
 expect "the other app's file is unchanged" test "$(sha256sum other.acsf)" = "$sum_other"
 expect "refused writes leave no temp file" no_temp_files .
+# A file that appears while write reads standard input is not replaced, and what was read is kept.
+mkfifo race.fifo
+"$bin" write race.acsf <race.fifo >out 2>err &
+race_pid=$!
+exec 7>race.fifo
+for _ in $(seq 1 100); do ls -A | grep -q 'race.acsf.acsecure-tmp' && break; sleep 0.1; done
+printf 'appeared meanwhile\n' >race.acsf
+cat plain.txt >&7
+exec 7>&-
+wait "$race_pid"; race_status=$?
+expect "write refuses a file that appeared while it read stdin (exit 1)" test "$race_status" = 1
+expect "the file that appeared is unchanged" test "$(cat race.acsf)" = "appeared meanwhile"
+kept="$(sed -n 's/.*what was written is kept in //p' err)"
+expect "the error names where the data read is kept" test -n "$kept" -a -f "$kept"
+run 0 "cat the kept data" cat "$kept"
+expect "the kept data is what was read" cmp -s out plain.txt
+rm -f race.fifo "$kept"
 STDIN=plain.txt run 0 "write --force replaces a 0444 file" write --force ro.txt
 expect "write --force keeps the mode 0444" test "$(stat -c %a ro.txt)" = 444
 run 0 "cat after write --force" cat ro.txt
