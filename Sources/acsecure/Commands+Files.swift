@@ -195,8 +195,8 @@ struct Write: ParsableCommand {
             replaced only with --force, and then keeps its permission bits. The new content goes to a \
             temporary secure file beside FILE, which is synced and renamed over it: FILE appears \
             whole or not at all. If FILE appears while standard input is read, it is not replaced and \
-            the temporary file is kept (the error names it). With --append, the data is added to the end of an existing secure \
-            file of this app in place.
+            the temporary file is kept (the error names it). With --append, the data is added to the \
+            end of an existing secure file of this app in place.
             """)
 
     @OptionGroup var global: GlobalOptions
