@@ -63,7 +63,7 @@ struct Encrypt: ParsableCommand {
     @Argument(help: "The plain file (- for standard input).") var input: String
     @Argument(help: "The secure file to create.") var output: String
     @Option(help: ArgumentHelp("Encrypt for this encryption group instead of the app.", valueName: "id")) var group: String?
-    @Flag(help: "Replace OUT if it exists.") var force = false
+    @Flag(help: "Replace OUT if it exists (keeping its permission bits).") var force = false
 
     func validate() throws {
         if input == "-" && global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used when IN is standard input") }
@@ -94,6 +94,7 @@ func encryptFile(_ input: String, to output: String, key: KeySelection, force: B
         progress?.finish()
         try closeSecure(file, sync: true)
     }
+    if force { try pending.keepModeOfReplacedFile() }
     try pending.commit(force: force)
 }
 

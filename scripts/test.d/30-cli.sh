@@ -99,6 +99,10 @@ expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $
 run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
 expect "refusal names the file" grep -q "a.acsf" err
 run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
+cp a.acsf mode.acsf; chmod 0440 mode.acsf
+run 0 "encrypt --force onto a 0440 file" encrypt --force plain.txt mode.acsf
+expect "encrypt --force keeps the mode 0440" test "$(stat -c %a mode.acsf)" = 440
+rm -f mode.acsf
 expect "no temporary files left" no_temp_files .
 run 0 "cat" cat a.acsf
 expect "cat gives the plaintext back" cmp -s out plain.txt
