@@ -12,6 +12,11 @@ import ACSecureSharing
 func keySelection(for path: String, info: SecureFileInfo, groups: [String], services: SecureServices) throws(CLIError) -> KeySelection {
     switch info.keyClass {
     case KeyEncryptionKey.KeyClass.app.rawValue:
+        // The fingerprint tells another app's (or store's) file from a damaged one before the
+        // engine's plain "does not unwrap", so the error can say what to try.
+        if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint != info.keyFingerprint {
+            throw CLIError(.badKeyOrCorrupt, "\(path): the file key does not unwrap with the app key: the file belongs to another app ID or store (not app ID \(services.appID) in \(services.storeDirectory)); pass its --app-id ID or --store DIR (\(ACErrorCode.badKeyOrCorruptData.name))")
+        }
         return .app
     case KeyEncryptionKey.KeyClass.group.rawValue:
         for id in groups {
@@ -19,7 +24,7 @@ func keySelection(for path: String, info: SecureFileInfo, groups: [String], serv
                 return .group(id)
             }
         }
-        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) does not match"
+        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) in \(services.storeDirectory) does not match (another group, or pass --store DIR)"
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with an encryption group key; \(why) (\(ACErrorCode.badKeyOrCorruptData.name))")
     default:
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with a handed-over key (\(info.keyClassName)) that acsecure cannot derive (\(ACErrorCode.badKeyOrCorruptData.name))")
@@ -58,10 +63,11 @@ struct Encrypt: ParsableCommand {
     @Argument(help: "The plain file (- for standard input).") var input: String
     @Argument(help: "The secure file to create.") var output: String
     @Option(help: ArgumentHelp("Encrypt for this encryption group instead of the app.", valueName: "id")) var group: String?
-    @Flag(help: "Replace OUT if it exists.") var force = false
+    @Flag(help: "Replace OUT if it exists (keeping its permission bits).") var force = false
 
     func validate() throws {
         if input == "-" && global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used when IN is standard input") }
+        if output == "-" { throw ValidationError("OUT cannot be - (a secure file needs a seekable file; write ./- for a file named -)") }
     }
 
     func run() throws {
@@ -75,16 +81,20 @@ func encryptFile(_ input: String, to output: String, key: KeySelection, force: B
     let fd = input == "-" ? 0 : try PlainIO.open(input, O_RDONLY)
     defer { if fd != 0 { Glibc.close(fd) } }
     let pending = try PendingOutput(destination: output, force: force)
-    let file = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
-    let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
-    do {
-        _ = try copyPlain(fd, name: input, into: file, progress: progress)
-    } catch {
-        try? file.close()
-        throw error
+    let file = try pending.namingDestination(creating: true) { () throws(CLIError) in
+        try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
     }
-    progress?.finish()
-    try closeSecure(file, sync: true)
+    let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
+    try pending.namingDestination { () throws(CLIError) in
+        do throws(CLIError) {
+            _ = try copyPlain(fd, name: input, into: file, progress: progress)
+        } catch {
+            throw closeAfterFailure(file, pending.temporaryPath, error)
+        }
+        progress?.finish()
+        try closeSecure(file, sync: true)
+    }
+    if force { try pending.keepModeOfReplacedFile() }
     try pending.commit(force: force)
 }
 
@@ -94,21 +104,37 @@ struct Decrypt: ParsableCommand {
         discussion: """
             Every chunk and the file's length are authenticated; OUT appears (temporary file, sync, \
             rename) only when the whole file was read successfully, so a damaged file never leaves a \
-            partial plaintext behind.
+            partial plaintext behind. OUT may be - for standard output: then, as with `cat`, each \
+            chunk is written once it authenticated, so a file damaged in the middle has its good \
+            beginning written before the error (and a non-zero exit).
             """)
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @Argument(help: "The secure file.") var input: String
-    @Argument(help: "The plain file to create.") var output: String
+    @Argument(help: "The plain file to create (- for standard output).") var output: String
     @Flag(help: "Replace OUT if it exists.") var force = false
 
     func run() throws {
         let services = try global.openServices()
         let info = try secureInfo(input)
         let key = try keys.selection(for: input, info: info, services: services)
-        try decryptFile(input, to: output, key: key, force: force, services: services)
+        if output == "-" {
+            try decryptToStandardOutput(input, info: info, key: key, services: services)
+        } else {
+            try decryptFile(input, to: output, key: key, force: force, services: services)
+        }
     }
+}
+
+/// `decrypt IN -`: streams the plaintext to standard output as `cat` does (a file is never
+/// created for -).
+func decryptToStandardOutput(_ input: String, info: SecureFileInfo, key: KeySelection, services: SecureServices) throws(CLIError) {
+    let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
+    defer { try? file.close() }
+    let progress = Progress.make("decrypt \(input)", total: isatty(1) == 1 ? nil : info.plaintextSize)
+    _ = try copySecure(file, to: 1, outputName: "standard output", progress: progress)
+    progress?.finish()
 }
 
 /// Decrypts a secure file into a new plain file (0600) that appears only once all of it authenticated.
@@ -116,7 +142,9 @@ func decryptFile(_ input: String, to output: String, key: KeySelection, force: B
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let pending = try PendingOutput(destination: output, force: force)
-    let fd = try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+    let fd = try pending.namingDestination(creating: true) { () throws(CLIError) in
+        try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+    }
     var closed = false
     defer { if !closed { Glibc.close(fd) } }
     let progress = Progress.make("decrypt \(input)", total: try? file.size)
@@ -164,18 +192,23 @@ struct Write: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write standard input into a secure file.",
         discussion: """
-            Without --append, FILE is replaced as a whole: the new content goes to a temporary secure \
-            file beside it, which is synced and renamed over FILE. With --append, the data is added to \
-            the end of the existing secure file in place.
+            FILE must not exist yet: an existing file (plain or secure, of this app or another) is \
+            replaced only with --force, and then keeps its permission bits. The new content goes to a \
+            temporary secure file beside FILE, which is synced and renamed over it: FILE appears \
+            whole or not at all. If FILE appears while standard input is read, it is not replaced and \
+            the temporary file is kept (the error names it). With --append, the data is added to the \
+            end of an existing secure file of this app in place.
             """)
 
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The secure file.") var file: String
     @Option(help: ArgumentHelp("The encryption group whose key protects (or protects) the file.", valueName: "id")) var group: String?
     @Flag(help: "Append to an existing secure file instead of replacing it.") var append = false
+    @Flag(help: "Replace FILE if it exists (keeping its permission bits).") var force = false
 
     func validate() throws {
         if global.passcodeFromStdin { throw ValidationError("--passcode-stdin cannot be used with write (standard input is the data)") }
+        if file == "-" { throw ValidationError("FILE cannot be - (a secure file needs a seekable file; write ./- for a file named -)") }
     }
 
     func run() throws {
@@ -185,22 +218,37 @@ struct Write: ParsableCommand {
             let key = try keySelection(for: file, info: info, groups: group.map { [$0] } ?? [], services: services)
             let f = try openSecure(file, flags: O_WRONLY | O_APPEND, key: key, services: services)
             do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
-                try? f.close()
-                throw error
+                throw closeAfterFailure(f, file, error)
             }
             try closeSecure(f, sync: true)
             return
         }
         let key: KeySelection = group.map { .group($0) } ?? .app
-        let pending = try PendingOutput(destination: file, force: true)
-        let f = try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
-        do { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
-            try? f.close()
-            throw error
+        // Checked before reading a byte of standard input, and again (link) when the file appears.
+        let pending = try PendingOutput(destination: file, force: force,
+                                        replaceHint: "use --force to replace it, or --append to add to a secure file")
+        let f = try pending.namingDestination(creating: true) { () throws(CLIError) in
+            try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
         }
-        try closeSecure(f, sync: true)
-        try pending.commit(force: true)
+        try pending.namingDestination { () throws(CLIError) in
+            do throws(CLIError) { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {
+                throw closeAfterFailure(f, pending.temporaryPath, error)
+            }
+            try closeSecure(f, sync: true)
+        }
+        if force { try pending.keepModeOfReplacedFile() }
+        // Standard input cannot be read again: if FILE appeared meanwhile, keep what was read.
+        try pending.commit(force: force, keepOnFailure: true)
     }
+}
+
+/// Closes `file` after `error` stopped a write into it. A close that fails too is reported with
+/// the first error, not hidden.
+func closeAfterFailure(_ file: SecureFile, _ path: String, _ error: CLIError) -> CLIError {
+    do { try file.close() } catch let closeError {
+        return CLIError(error.status, "\(error.message); closing \(path) failed too: \(CLIError(closeError).message)")
+    }
+    return error
 }
 
 // MARK: share / rekey

@@ -33,18 +33,10 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     }
     defer { try? file.close() }
 
-    // The length first: the engine authenticates it at open and reports anything after the
-    // authenticated end (a torn write or appended bytes), which reads never return.
     let size: Int64
-    do {
-        let extra = try file.bytesAfterAuthenticatedEnd
-        if extra > 0 {
-            return .failed(reason: "\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
-        }
-        size = try file.size
-    } catch {
-        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
-        return .failed(reason: "\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
+    switch try authenticateLength(file, path: path) {
+    case .authenticated(let n): size = n
+    case .failed(let reason): return .failed(reason: reason, chunk: nil)
     }
     let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
     let chunks = layout.chunkCount(forSize: size)
@@ -62,16 +54,6 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
                 done += n
             }
         }
-    }
-
-    // The length first: a read at the end of the file checks only the trailer.
-    do {
-        _ = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in
-            try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: b[0..<1]), at: size)
-        }
-    } catch {
-        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
-        return .failed(reason: "\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))", chunk: nil)
     }
 
     let progress = Progress.make("verify \(path)", total: size)
@@ -99,6 +81,34 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     }
     progress?.finish()
     return .ok(size: size, chunks: chunks)
+}
+
+enum LengthCheck {
+    case authenticated(Int64)
+    /// Why the length does not authenticate (names the file and the ACE_* reason).
+    case failed(String)
+}
+
+/// Authenticates the length of an open secure file (the trailer) and checks that nothing follows
+/// the authenticated end: what a cut at a chunk boundary, appended bytes or a torn write change.
+/// Throws only when it cannot tell (I/O errors).
+func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> LengthCheck {
+    do {
+        // The engine authenticates the length at open and reports anything after the authenticated
+        // end (a torn write or appended bytes), which reads never return.
+        let extra = try file.bytesAfterAuthenticatedEnd
+        if extra > 0 {
+            return .failed("\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
+        }
+        let size = try file.size
+        // A read at the end of the file checks only the trailer.
+        let byte = SecureBytes(count: 1)
+        _ = try byte.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try file.pread(into: b, at: size) }
+        return .authenticated(size)
+    } catch {
+        if error.code != .badKeyOrCorruptData { throw CLIError(error) }
+        return .failed("\(path): length check failed: the file was truncated, extended or torn (\(ACErrorCode.badKeyOrCorruptData.name))")
+    }
 }
 
 struct Verify: ParsableCommand {
@@ -150,9 +160,11 @@ struct Stat: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a secure file's header: sizes, chunk size, key class, file ID.",
         discussion: """
-            Reads the header only: no key is needed and nothing is decrypted. When the store can be \
+            Reads the header: no key is needed and nothing is decrypted. When the store can be \
             opened without asking (no passcode, or $ACSECURE_PASSCODE), also says whether this app's \
-            key (or a --group key) opens the file.
+            key (or a --group key) opens the file and, if it does, whether the file's length \
+            authenticates; a file cut or extended since it was written gets a warning on stderr \
+            (`verify` checks every chunk as well).
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -173,29 +185,54 @@ struct Stat: ParsableCommand {
             print("  size on disk:    \(info.physicalSize) bytes")
             print("  chunk size:      \(info.chunkSize) bytes (\(layout.chunkCount(forSize: info.plaintextSize)) chunks)")
             print("  key class:       \(info.keyClassName)")
-            print("  opens with:      \(owner(info, services))")
+            let (owner, key) = owner(info, services)
+            print("  opens with:      \(owner)")
+            let length = try lengthLine(path, key: key, services: services)
+            print("  length:          \(length.text)")
             print("  file ID:         \(hex(info.fileID))")
             print("  key fingerprint: \(hex(info.keyFingerprint))")
+            if let warning = length.warning {
+                fflush(nil)
+                writeStderr("acsecure: warning: \(warning); run `acsecure verify` to check every chunk\n")
+            }
         }
     }
 
-    private func owner(_ info: SecureFileInfo, _ services: SecureServices?) -> String {
-        guard let services else { return "unknown (store locked or missing)" }
+    /// Who can open the file, and the key that does when it is at hand.
+    private func owner(_ info: SecureFileInfo, _ services: SecureServices?) -> (String, KeySelection?) {
+        guard let services else { return ("unknown (store locked or missing)", nil) }
         if info.keyClass == KeyEncryptionKey.KeyClass.app.rawValue {
             if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint == info.keyFingerprint {
-                return "this app's key (app ID \(services.appID))"
+                return ("this app's key (app ID \(services.appID))", .app)
             }
-            return "another app's or another store's key (not app ID \(services.appID) in \(services.storeDirectory))"
+            return ("another app's or another store's key (not app ID \(services.appID) in \(services.storeDirectory))", nil)
         }
         if info.keyClass == KeyEncryptionKey.KeyClass.group.rawValue {
             for id in keys.groups {
                 if let kek = try? services.keyEncryptionKey(for: .group(id)), kek.fingerprint == info.keyFingerprint {
-                    return "the key of encryption group \(id)"
+                    return ("the key of encryption group \(id)", .group(id))
                 }
             }
-            return keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store"
+            return (keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store", nil)
         }
-        return "a handed-over key (crypto block)"
+        return ("a handed-over key (crypto block)", nil)
+    }
+
+    /// The header's length is only what the file's size implies: a cut at a chunk boundary still
+    /// gives a valid-looking size. With the key, the trailer says whether it is the written length.
+    private func lengthLine(_ path: String, key: KeySelection?, services: SecureServices?) throws(CLIError) -> (text: String, warning: String?) {
+        guard let key, let services else { return ("not checked (needs the file's key)", nil) }
+        let file: SecureFile
+        do { file = try SecureFile.open(path, flags: O_RDONLY, key: key, services: services) } catch {
+            if error.code != .badKeyOrCorruptData { throw CLIError(error) }
+            let reason = CLIError(error).message
+            return ("FAILED: \(reason)", reason)
+        }
+        defer { try? file.close() }
+        switch try authenticateLength(file, path: path) {
+        case .authenticated: return ("authenticated (the trailer matches the size)", nil)
+        case .failed(let reason): return ("FAILED: \(reason)", reason)
+        }
     }
 }
 
@@ -207,7 +244,8 @@ struct List: ParsableCommand {
         abstract: "List a directory and say which files are secure files.",
         discussion: """
             From the headers only (no key needed). KIND is secure, damaged (a secure file header with an \
-            impossible length), plain, dir, link or other; SIZE is the plaintext size for secure files.
+            impossible length), plain, unreadable (cannot be opened or read: the reason and errno go \
+            to stderr), dir, link or other; SIZE is the plaintext size for secure files.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -227,12 +265,12 @@ struct List: ParsableCommand {
             }
             closedir(d)
             if dirs.count > 1 { print("\(dir):") }
-            print("KIND     " + pad("SIZE", 14) + "  KEY    NAME")
+            print("KIND       " + pad("SIZE", 14) + "  KEY    NAME")
             for name in names.sorted() {
                 let path = dir.hasSuffix("/") ? dir + name : dir + "/" + name
                 let (kind, size, key) = classify(path)
                 if secureOnly && kind != "secure" { continue }
-                print(kind.padding(8) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name)
+                print(kind.padding(10) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name)
             }
         }
     }
@@ -246,18 +284,38 @@ struct List: ParsableCommand {
         case S_IFREG: break
         default: return ("other", "-", "-")
         }
-        if let info = try? SecureFileSystem.info(path) {
+        // Read the start first: a file that cannot be opened or read is not known to be plain.
+        let magic: Bool
+        switch readSecureMagic(path) {
+        case .success(let m): magic = m
+        case .failure(let e):
+            fflush(nil)
+            writeStderr("acsecure: warning: \(path): cannot read: \(String(cString: strerror(e.code))) (\(errnoName(e.code)))\n")
+            return ("unreadable", "\(st.st_size)", "-")
+        }
+        if magic, let info = try? SecureFileSystem.info(path) {
             return ("secure", "\(info.plaintextSize)", info.keyClass == 3 ? "block" : info.keyClassName)
         }
-        return (hasSecureMagic(path) ? "damaged" : "plain", "\(st.st_size)", "-")
+        return (magic ? "damaged" : "plain", "\(st.st_size)", "-")
     }
 
-    private func hasSecureMagic(_ path: String) -> Bool {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
-        guard fd >= 0 else { return false }
+    struct Errno: Error { var code: Int32 }
+
+    /// Whether the file starts with the secure file magic, or the errno of the open or read that failed.
+    private func readSecureMagic(_ path: String) -> Result<Bool, Errno> {
+        var fd: Int32
+        repeat { fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW) } while fd < 0 && errno == EINTR
+        guard fd >= 0 else { return .failure(Errno(code: errno)) }
         defer { Glibc.close(fd) }
         var magic = [UInt8](repeating: 0, count: 4)
-        return Glibc.read(fd, &magic, 4) == 4 && magic == FileHeader.magic
+        var got = 0
+        while got < magic.count {
+            let n = magic.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + got, $0.count - got) }
+            if n < 0 { if errno == EINTR { continue }; return .failure(Errno(code: errno)) }
+            if n == 0 { break }
+            got += n
+        }
+        return .success(got == magic.count && magic == FileHeader.magic)
     }
 
     private func pad(_ s: String, _ width: Int) -> String {

@@ -87,12 +87,12 @@ struct Demo: ParsableCommand {
 
         // 6. Verify.
         let verified = try verifySecureFile(secure, groups: [], services: services)
-        if case .ok(_, let n) = verified {
-            step(6, "verify", "all \(n) chunks and the length authenticate: OK")
-            checks.expect(true, "verify")
-        } else if case .failed(let reason, _) = verified {
-            step(6, "verify", "FAILED: \(reason)")
-            checks.expect(false, "verify")
+        switch verified {
+        case .ok(_, let n): step(6, "verify", "all \(n) chunks and the length authenticate: OK")
+        case .failed(let reason, _): step(6, "verify", "FAILED: \(reason)")
+        }
+        if case .ok = verified { checks.expect(true, "verify authenticates every chunk and the length") } else {
+            checks.expect(false, "verify authenticates every chunk and the length")
         }
 
         // 7. The ciphertext does not contain the plaintext.
@@ -154,7 +154,7 @@ struct Demo: ParsableCommand {
 
         print("")
         if checks.failed.isEmpty {
-            print("demo: all \(checks.passed) checks passed")
+            print("demo: all \(checks.passed) checks passed (the \"check\" lines above)")
         } else {
             print("demo: \(checks.failed.count) of \(checks.passed + checks.failed.count) checks FAILED: \(checks.failed.joined(separator: "; "))")
             fflush(nil)
@@ -170,10 +170,13 @@ struct Demo: ParsableCommand {
         print("  \(label) \(text)")
     }
 
+    /// The demo's checks: each one is printed where it is made (steps only set up and show), so
+    /// the total at the end counts the "check" lines above it.
     private struct Checks {
         var passed = 0
         var failed: [String] = []
         mutating func expect(_ ok: Bool, _ what: String) {
+            print(String(repeating: " ", count: 19) + "check \(ok ? "ok" : "FAILED"): \(what)")
             if ok { passed += 1 } else { failed.append(what) }
         }
     }

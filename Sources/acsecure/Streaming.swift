@@ -72,11 +72,14 @@ enum PlainIO {
 final class PendingOutput {
     let destination: String
     let temporaryPath: String
+    /// What the refusal to replace an existing output suggests.
+    private let replaceHint: String
     private var committed = false
 
-    init(destination: String, force: Bool) throws(CLIError) {
+    init(destination: String, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
+        self.replaceHint = replaceHint
         if !force && PlainIO.exists(destination) {
-            throw CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+            throw CLIError(.usage, "\(destination): already exists (\(replaceHint))")
         }
         var st = stat()
         if lstat(destination, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR {
@@ -91,20 +94,53 @@ final class PendingOutput {
 
     /// Moves the finished file into place. Without `force`, `link` + `unlink` so an output that
     /// appeared meanwhile is not replaced; with it, `rename`.
-    func commit(force: Bool) throws(CLIError) {
+    /// - Parameter keepOnFailure: when the move fails, leave the finished temporary file and name
+    ///   it in the error, for content that cannot be produced again (standard input).
+    func commit(force: Bool, keepOnFailure: Bool = false) throws(CLIError) {
+        var failure: CLIError?
         if force {
-            guard rename(temporaryPath, destination) == 0 else { throw CLIError.posix(errno, "\(destination): rename") }
-        } else {
-            guard link(temporaryPath, destination) == 0 else {
-                let e = errno
-                throw e == EEXIST ? CLIError(.usage, "\(destination): already exists (use --force to replace it)")
+            if rename(temporaryPath, destination) != 0 { failure = CLIError.posix(errno, "\(destination): rename") }
+        } else if link(temporaryPath, destination) != 0 {
+            let e = errno
+            failure = e == EEXIST ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
                                   : CLIError.posix(e, "\(destination): link")
-            }
+        } else {
             _ = unlink(temporaryPath)
+        }
+        if var failure {
+            if keepOnFailure {
+                committed = true
+                PendingOutputs.unregister(temporaryPath)
+                failure.message += "; what was written is kept in \(temporaryPath)"
+            }
+            throw failure
         }
         committed = true
         PendingOutputs.unregister(temporaryPath)
         PlainIO.fsyncDirectory(of: destination)
+    }
+
+    /// Gives the finished temporary file the permission bits of the regular file it is about to
+    /// replace, so `write --force` onto a 0444 file leaves a 0444 file. Read just before the
+    /// rename; nothing to do when there is no such file.
+    func keepModeOfReplacedFile() throws(CLIError) {
+        var st = stat()
+        guard lstat(destination, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return }
+        guard chmod(temporaryPath, st.st_mode & 0o777) == 0 else { throw CLIError.posix(errno, "\(destination): chmod") }
+    }
+
+    /// Runs `body`, which creates (`creating`) or fills the temporary file. Its errors name the
+    /// output the user asked for instead of the temporary name, which the user never chose and
+    /// which is gone afterwards: "out.acsf: cannot create a file in dir/: Permission denied".
+    func namingDestination<T>(creating: Bool = false, _ body: () throws(CLIError) -> T) throws(CLIError) -> T {
+        do { return try body() } catch {
+            var text = error.message
+            if creating && text.hasPrefix(temporaryPath + ": ") {
+                text = "\(destination): cannot create a file in \(PlainIO.directory(of: destination))/: "
+                    + text.dropFirst(temporaryPath.count + 2)
+            }
+            throw CLIError(error.status, text.replacing(temporaryPath, with: destination))
+        }
     }
 
     deinit {

@@ -37,10 +37,11 @@ failed=0
 ok()   { passed=$((passed + 1)); echo "  ok    $1"; }
 fail() { failed=$((failed + 1)); echo "  FAIL  $1" >&2; [ -s out ] && sed 's/^/        out: /' out | head -5 >&2; [ -s err ] && sed 's/^/        err: /' err | head -5 >&2; }
 
-# run EXPECTED_STATUS NAME ARGS... : runs acsecure (stdin from $STDIN or /dev/null), output in out/err.
+# run EXPECTED_STATUS NAME ARGS... : runs acsecure (stdin from $STDIN or /dev/null), output in out/err;
+# $WRAP (a command prefix, e.g. "$nodac") runs it under another command.
 run() {
   local want="$1" name="$2"; shift 2
-  "$bin" "$@" <"${STDIN:-/dev/null}" >out 2>err
+  ${WRAP:-} "$bin" "$@" <"${STDIN:-/dev/null}" >out 2>err
   local got=$?
   if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else fail "$name: exit $got, expected $want"; fi
 }
@@ -50,6 +51,12 @@ expect() { local name="$1"; shift; if "$@"; then ok "$name"; else fail "$name"; 
 clean_output() {
   if grep -q -e "$MARKER" -e "$PASS1" -e "$PASS2" out err; then fail "$1: plaintext or passcode in the output"; else ok "$1: no plaintext or passcode in the output"; fi
 }
+# File modes bind root too under $nodac: it drops the capabilities that let root ignore them.
+nodac=""
+if [ "$(id -u)" != 0 ]; then nodac_ok=1
+elif command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set=-dac_override,-dac_read_search true 2>/dev/null; then
+  nodac="setpriv --bounding-set=-dac_override,-dac_read_search"; nodac_ok=1
+else nodac_ok=0; fi
 no_temp_files() { ! ls -A "$1" | grep -qE 'acsecure-tmp|\.rotate-'; }
 
 # A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
@@ -92,6 +99,10 @@ expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $
 run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
 expect "refusal names the file" grep -q "a.acsf" err
 run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
+cp a.acsf mode.acsf; chmod 0440 mode.acsf
+run 0 "encrypt --force onto a 0440 file" encrypt --force plain.txt mode.acsf
+expect "encrypt --force keeps the mode 0440" test "$(stat -c %a mode.acsf)" = 440
+rm -f mode.acsf
 expect "no temporary files left" no_temp_files .
 run 0 "cat" cat a.acsf
 expect "cat gives the plaintext back" cmp -s out plain.txt
@@ -173,12 +184,99 @@ run 0 "cat after append" cat w.acsf
 expect "append adds to the end" bash -c "{ cat plain.txt; echo 'appended $MARKER'; } | cmp -s - out"
 run 1 "write refuses --passcode-stdin" write --passcode-stdin w.acsf
 
+# --- write, decrypt and the messages never lose data or mislead (issue 13)
+STDIN=plain.txt run 1 "write refuses to replace its own secure file" write w.acsf
+expect "the refusal names the file and --force" grep -q "w.acsf.*already exists.*--force" err
+printf 'keep me\n' >keep.txt
+STDIN=plain.txt run 1 "write refuses to replace a plain file" write keep.txt
+expect "the plain file is unchanged" test "$(cat keep.txt)" = "keep me"
+clean_output "write refusal"
+printf 'read-only\n' >ro.txt; chmod 0444 ro.txt
+STDIN=plain.txt run 1 "write refuses to replace a 0444 file" write ro.txt
+expect "the 0444 file is unchanged" test "$(cat ro.txt)" = read-only -a "$(stat -c %a ro.txt)" = 444
+STDIN=<(echo "other app data") run 0 "write as another app" write --app-id other.app other.acsf
+sum_other="$(sha256sum other.acsf)"
+STDIN=plain.txt run 1 "write refuses to replace another app's secure file" write other.acsf
+expect "the other app's file is unchanged" test "$(sha256sum other.acsf)" = "$sum_other"
+expect "refused writes leave no temp file" no_temp_files .
+# A file that appears while write reads standard input is not replaced, and what was read is kept.
+mkfifo race.fifo
+"$bin" write race.acsf <race.fifo >out 2>err &
+race_pid=$!
+exec 7>race.fifo
+for _ in $(seq 1 100); do ls -A | grep -q 'race.acsf.acsecure-tmp' && break; sleep 0.1; done
+printf 'appeared meanwhile\n' >race.acsf
+cat plain.txt >&7
+exec 7>&-
+wait "$race_pid"; race_status=$?
+expect "write refuses a file that appeared while it read stdin (exit 1)" test "$race_status" = 1
+expect "the file that appeared is unchanged" test "$(cat race.acsf)" = "appeared meanwhile"
+kept="$(sed -n 's/.*what was written is kept in //p' err)"
+expect "the error names where the data read is kept" test -n "$kept" -a -f "$kept"
+run 0 "cat the kept data" cat "$kept"
+expect "the kept data is what was read" cmp -s out plain.txt
+rm -f race.fifo "$kept"
+STDIN=plain.txt run 0 "write --force replaces a 0444 file" write --force ro.txt
+expect "write --force keeps the mode 0444" test "$(stat -c %a ro.txt)" = 444
+run 0 "cat after write --force" cat ro.txt
+expect "write --force wrote the new content" cmp -s out plain.txt
+chmod 0640 keep.txt
+STDIN=plain.txt run 0 "write --force replaces a 0640 plain file" write --force keep.txt
+expect "write --force keeps the mode 0640" test "$(stat -c %a keep.txt)" = 640
+STDIN=plain.txt run 0 "write --force replaces another app's secure file" write --force other.acsf
+run 0 "cat after replacing another app's file" cat other.acsf
+expect "the replaced file is this app's now" cmp -s out plain.txt
+STDIN=plain.txt run 1 "write - is refused (no file named -)" write -
+expect "write - created no file named -" test ! -e ./-
+rm -f ./-
+run 1 "encrypt to - is refused (no file named -)" encrypt plain.txt -
+expect "encrypt to - created no file named -" test ! -e ./-
+rm -f ./-
+run 0 "decrypt to - writes standard output" decrypt a.acsf -
+expect "decrypt - gives the plaintext on stdout" cmp -s out plain.txt
+expect "decrypt - created no file named -" test ! -e ./-
+run 4 "decrypt - of a tampered file fails" decrypt t.acsf -
+expect "decrypt - of a tampered file names chunk 3" grep -q "t.acsf: chunk 3" err
+run 4 "cat as another app ID" cat --app-id other.app a.acsf
+expect "the wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store.*ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR" err
+clean_output "wrong-app error"
+run 4 "decrypt as another app ID" decrypt --app-id other.app a.acsf other.txt
+expect "decrypt's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
+STDIN=<(echo more) run 4 "write --append as another app ID" write --append --app-id other.app a.acsf
+expect "append's wrong-app error suggests --app-id and --store" grep -q "a.acsf:.*--app-id.*--store" err
+run 0 "stat a whole file" stat a.acsf
+expect "stat says the length authenticates" grep -q "length: *authenticated" out
+expect "stat of a whole file warns of nothing" test ! -s err
+run 0 "stat a file cut at a chunk boundary" stat cut.acsf
+expect "stat warns that the length does not authenticate" grep -q "warning: cut.acsf: .*length" err
+expect "stat shows the failed length check" grep -q "length: *FAILED" out
+clean_output "stat a cut file"
+if [ "$nodac_ok" = 1 ]; then
+  mkdir lsdir; cp a.acsf lsdir/; printf 'x' >lsdir/locked; chmod 000 lsdir/locked
+  WRAP="$nodac" run 0 "ls a directory with an unreadable file" ls lsdir
+  expect "ls calls an unreadable file unreadable, not plain" grep -qE "^unreadable +1 +- +locked$" out
+  expect "ls gives the path and errno" grep -q "lsdir/locked.*EACCES" err
+  expect "ls still lists the secure file" grep -qE "^secure +$size +app +a.acsf$" out
+  mkdir rodir; chmod 0555 rodir
+  WRAP="$nodac" run 2 "encrypt into an unwritable directory" encrypt plain.txt rodir/o.acsf
+  expect "encrypt names the output, not the temporary file" bash -c "grep -q 'rodir/o.acsf.*EACCES' err && ! grep -q acsecure-tmp err"
+  WRAP="$nodac" run 2 "decrypt into an unwritable directory" decrypt a.acsf rodir/o.txt
+  expect "decrypt names the output, not the temporary file" bash -c "grep -q 'rodir/o.txt.*EACCES' err && ! grep -q acsecure-tmp err"
+  WRAP="$nodac" STDIN=plain.txt run 2 "write into an unwritable directory" write rodir/w.acsf
+  expect "write names the output, not the temporary file" bash -c "grep -q 'rodir/w.acsf.*EACCES' err && ! grep -q acsecure-tmp err"
+  clean_output "write into an unwritable directory"
+else
+  echo "  skip  unreadable files and unwritable directories (root without setpriv)"
+fi
+
 # --- share (header only) and rekey
 cp a.acsf s.acsf
 run 0 "share with a group" share s.acsf --group com.example.group
 expect "share rewrote the header only" cmp -s <(tail -c +129 a.acsf) <(tail -c +129 s.acsf)
 run 4 "cat a group file without --group" cat s.acsf
 expect "the error asks for --group" grep -q "group" err
+run 4 "cat a group file with another group's key" cat --group com.example.other s.acsf
+expect "the error names the group and suggests --store" grep -q "s.acsf:.*com.example.other.*--store" err
 run 0 "cat a group file with --group" cat --group com.example.group s.acsf
 expect "group file round trip" cmp -s out plain.txt
 run 0 "stat a group file" stat s.acsf
@@ -224,7 +322,9 @@ ACSECURE_PASSCODE= run 0 "no passcode needed after --remove" cat a.acsf
 # --- demo on its own embedded store
 mkdir -p "$work/tmp"
 TMPDIR="$work/tmp" ACSECURE_HOME="$work/unused" run 0 "demo" demo
-expect "demo reports all checks passed" grep -q "all 7 checks passed" out
+expect "demo reports all checks passed" grep -qE "^demo: all [0-9]+ checks passed" out
+demo_checks="$(sed -n 's/^demo: all \([0-9]*\) checks passed.*/\1/p' out)"
+expect "demo counts the checks it shows" test -n "$demo_checks" -a "$(grep -cE '^ +check (ok|FAILED): ' out)" = "$demo_checks"
 clean_output "demo"
 expect "demo did not touch ACSECURE_HOME" test ! -e "$work/unused"
 expect "demo removed its temp dir" test -z "$(ls -A "$work/tmp")"
