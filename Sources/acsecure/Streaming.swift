@@ -231,9 +231,19 @@ func copySecure(_ file: SecureFile, to fd: Int32, outputName: String, progress: 
 
 /// Opens a secure file, turning errors into CLI errors.
 func openSecure(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection, services: SecureServices) throws(CLIError) -> SecureFile {
-    do { return try SecureFile.open(path, flags: flags, mode: mode, key: key, services: services) } catch {
+    let file: SecureFile
+    do { file = try SecureFile.open(path, flags: flags, mode: mode, key: key, services: services) } catch {
         throw CLIError(error)
     }
+    // A recovered interrupted write (or a rolled-back end) is never silent.
+    let extra: Int64
+    do { extra = try file.bytesAfterAuthenticatedEnd } catch { throw CLIError(error) }
+    if extra > 0 {
+        let change = flags & O_ACCMODE == O_RDONLY ? "the next change of the file removes them" : "this change removes them"
+        let message = "acsecure: warning: \(path): \(extra) bytes after the authenticated end are ignored (an interrupted write, tampering, or an older end put back); \(change)\n"
+        _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
+    }
+    return file
 }
 
 func closeSecure(_ file: SecureFile, sync: Bool) throws(CLIError) {

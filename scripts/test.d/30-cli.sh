@@ -170,6 +170,14 @@ cp a.acsf junk.acsf
 printf 'JUNK-AFTER-THE-END' >> junk.acsf
 run 5 "verify a file with bytes appended" verify junk.acsf
 expect "verify reports the bytes after the authenticated end" grep -q "18 bytes follow the authenticated end" out
+run 0 "cat a file with bytes appended reads the authenticated content" cat junk.acsf
+expect "cat of a file with bytes appended gives the plaintext" cmp -s out plain.txt
+expect "cat warns about the ignored bytes (never silent)" grep -q "warning: junk.acsf: 18 bytes after the authenticated end" err
+cp junk.acsf cutlaunder.acsf
+truncate -s $(( 128 + 2 * 4124 + 28 )) cutlaunder.acsf
+printf 'more' >appendme.txt
+STDIN=appendme.txt run 4 "append to a cut file is refused (the cut is not sealed over)" write --append cutlaunder.acsf
+run 5 "verify still fails after the refused append" verify cutlaunder.acsf
 cp a.acsf swap.acsf
 dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4124)) seek=128 count=4124 conv=notrunc status=none
 run 5 "verify a file with a chunk moved" verify swap.acsf
