@@ -98,7 +98,7 @@ public final class ACFileHandle: @unchecked Sendable {
     public convenience init?(forUpdatingAtPath path: String, encryptionGroupId groupId: String) { self.init(path, O_RDWR, groupId) }
 
     private convenience init?(_ path: String, _ flags: Int32, _ group: String?) {
-        guard let file = try? Self.open(path, flags, group) else { return nil }
+        guard let file = succeeds({ try Self.open(path, flags, group) }) else { return nil }
         self.init(file: file, path: path, encryptionGroupId: group)
     }
 

@@ -8,14 +8,26 @@ import ACSecureServices
 
 // NSFileManager category, reference table 23. Methods that take an error pointer in the
 // reference throw NSError here (ACErrorDomain / NSPOSIXErrorDomain / NSCocoaErrorDomain).
+// `createSecureFile(atPath:contents:attributes:) -> Bool` and `secureContents(atPath:) -> Data?`
+// are spelled as `createFile`/`contents(atPath:)`; their throwing forms take `options:`.
 
 extension FileManager {
+    /// `createSecureFileAtPath:contents:attributes:` as `createFile(atPath:contents:attributes:)`:
+    /// false on any failure (prefer the throwing `createSecureFile(atPath:contents:attributes:options:)`).
+    @discardableResult
+    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil) -> Bool {
+        succeeds { try createSecureFile(atPath: path, contents: contents, attributes: attributes, options: .atomic) }
+    }
+
     /// `createSecureFileAtPath:contents:attributes:error:` — writes `contents` (nil: empty) as a
-    /// new secure file, atomically, replacing any file at `path`; then applies `attributes`
+    /// secure file, replacing any file at `path` (atomically with `.atomic`, as the Bool form does;
+    /// `.withoutOverwriting` fails with `EEXIST` instead); then applies `attributes`
     /// (`.posixPermissions`, `.modificationDate`, ... as `setAttributes(_:ofItemAtPath:)`).
-    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil) throws {
+    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil,
+                                 options: Data.WritingOptions) throws {
         try bridgingErrors(path) {
-            try SecureFileIO.write(contents ?? Data(), to: path, key: .app, atomic: true)
+            try SecureFileIO.write(contents ?? Data(), to: path, key: .app, atomic: options.contains(.atomic),
+                                   withoutOverwriting: options.contains(.withoutOverwriting))
         }
         if let attributes, !attributes.isEmpty {
             var settable = attributes
@@ -72,9 +84,15 @@ extension FileManager {
         try copySecureFile(atPath: SecureFileIO.path(of: srcURL), toPath: SecureFileIO.path(of: dstURL))
     }
 
+    /// `secureContentsAtPath:` as `contents(atPath:)`: nil on any failure (prefer the throwing
+    /// `secureContents(atPath:options:)`).
+    public func secureContents(atPath path: String) -> Data? {
+        succeeds { try Data(contentsOfSecureFile: path) }
+    }
+
     /// `secureContentsAtPath:error:` — the decrypted contents.
-    public func secureContents(atPath path: String) throws -> Data {
-        try Data(contentsOfSecureFile: path)
+    public func secureContents(atPath path: String, options: Data.ReadingOptions) throws -> Data {
+        try Data(contentsOfSecureFile: path, options: options)
     }
 
     /// `secureContentsEqualAtPath:andPath:error:` — compares the plaintexts (two encryptions of the
