@@ -98,10 +98,14 @@ extension FileManager {
     /// `secureContentsEqualAtPath:andPath:error:` — compares the plaintexts (two encryptions of the
     /// same bytes differ on disk). Both files must be readable secure files.
     public func secureContentsEqual(atPath path1: String, andPath path2: String) throws -> Bool {
-        let a = try bridgingErrors(path1) { try SecureFile.open(path1, flags: O_RDONLY | O_CLOEXEC) }
-        defer { try? a.close() }
-        let b = try bridgingErrors(path2) { try SecureFile.open(path2, flags: O_RDONLY | O_CLOEXEC) }
-        defer { try? b.close() }
+        try SecureFileIO.withReadOnlyFile(path1) { a in
+            try SecureFileIO.withReadOnlyFile(path2) { b in
+                try Self.plaintextsEqual(a, path1, b, path2)
+            }
+        }
+    }
+
+    private static func plaintextsEqual(_ a: SecureFile, _ path1: String, _ b: SecureFile, _ path2: String) throws -> Bool {
         let sizeA = try bridgingErrors(path1) { try a.size }
         let sizeB = try bridgingErrors(path2) { try b.size }
         guard sizeA == sizeB else { return false }
@@ -123,11 +127,7 @@ extension FileManager {
     /// `attributesOfSecureFileAtPath:error:` — as `attributesOfItem(atPath:)`, with `.size` the
     /// plaintext size. Opens the file, so it fails like a read would (keys, corruption, directory).
     public func attributesOfSecureFile(atPath path: String) throws -> [FileAttributeKey: Any] {
-        let size = try bridgingErrors(path) { () throws -> Int64 in
-            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC)
-            defer { try? file.close() }
-            return try file.size
-        }
+        let size = try SecureFileIO.withReadOnlyFile(path) { try $0.size }
         var attributes = try attributesOfItem(atPath: path)
         attributes[.size] = NSNumber(value: UInt64(size))
         return attributes

@@ -155,6 +155,45 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         XCTAssertEqual(try Data(contentsOfSecureFile: p), Data("contents".utf8), "a refused write changed the file")
     }
 
+    // MARK: close failures are reported, never dropped
+
+    func testCloseFailuresAreReported() throws {
+        let p = path("f")
+        try Data("contents".utf8).write(toSecureFile: p)
+        let handle = try XCTUnwrap(ACFileHandle(forReadingAtPath: p))
+        SecureFileTesting.faultInjector = { $0 == .close ? .fail(EIO) : nil }
+        defer { SecureFileTesting.faultInjector = nil }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try Data(contentsOfSecureFile: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try FileManager.default.attributesOfSecureFile(atPath: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try FileManager.default.secureContentsEqual(atPath: p, andPath: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try FileManager.default.copySecureFile(atPath: p, toPath: self.path("copy")) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try Data("x".utf8).write(toSecureFile: self.path("new"), options: .atomic) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try Data("x".utf8).write(toSecureFile: self.path("new2")) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try handle.close() }
+        XCTAssertNil(FileManager.default.secureContents(atPath: p), "the Foundation-style form reports a failed close as nil")
+        XCTAssertEqual(directoryEntries().filter { $0.contains("acsecure-tmp") }, [], "a failed write left a temporary file")
+
+        SecureFileTesting.faultInjector = nil
+        XCTAssertEqual(try Data(contentsOfSecureFile: p), Data("contents".utf8))
+    }
+
+    /// A read that fails, then a close that fails: the first error is reported, with the second.
+    func testAFailedCloseAfterAFailedReadIsAddedToTheError() async throws {
+        let p = path("big")
+        try Data(repeating: 9, count: 200_000).write(toSecureFile: p)
+        var chunks = SecureFileChunks(path: p, chunkSize: 50_000).makeAsyncIterator()
+        let first = try await chunks.next()
+        XCTAssertEqual(first?.count, 50_000)
+        SecureFileTesting.faultInjector = { $0 == .close || $0 == .pread ? .fail(EIO) : nil }
+        defer { SecureFileTesting.faultInjector = nil }
+        do {
+            _ = try await chunks.next()
+            XCTFail("the read did not fail")
+        } catch {
+            XCTAssertTrue(error.localizedDescription.contains("closing \(p) afterwards also failed"), error.localizedDescription)
+        }
+    }
+
     // MARK: FileManager (table 23)
 
     func testCreateSecureFileAndAttributes() throws {
