@@ -5,219 +5,400 @@ import Foundation
 import ACSecureFileCore
 import ACSecureServices
 
-/// A `FileHandle` whose file contents are encrypted (reference table 22, `ACFileHandle`), for
-/// regular files only.
+/// A handle on a secure (encrypted) regular file: the reference's `ACFileHandle` (table 22), with
+/// `FileHandle`'s Swift spellings so ported code reads as it did on iOS.
 ///
-/// ## Why the secure methods have their own names
-/// On Linux's Foundation only `availableData`, `offsetInFile`, `fileDescriptor` and the
-/// readability/writeability handlers of `FileHandle` are `open`. `readData(ofLength:)`,
-/// `write(_:)`, `seek(toFileOffset:)`, the throwing `read(upToCount:)`, `write(contentsOf:)`, ...
-/// and even the initializers cannot be overridden or shadowed. So:
+/// ## A class of its own, not a `FileHandle`
+/// On Linux most of `FileHandle` cannot be overridden (`readData(ofLength:)`, `write(_:)`,
+/// `seek(toFileOffset:)`, `close()`, ... are not `open`), so a subclass would inherit plain
+/// methods that either crash or silently do nothing. `ACFileHandle` therefore does not inherit
+/// from `FileHandle`: passing one where a `FileHandle` is expected does not compile.
 ///
-/// - The secure I/O methods are spelled `secure…`: `secureReadData(ofLength:)`,
-///   `secureWrite(_:)`, `secureRead(upToCount:)`, `secureWrite(contentsOf:)`, ... They throw
-///   `NSError` (`ACErrorDomain`, `NSPOSIXErrorDomain`): the reference's `…error:` variants.
-///   The handles come from `ACFileHandle.fileHandleForReading(atPath:)` and friends (throwing;
-///   `try?` gives the reference's nil-returning variants).
-/// - `availableData` and `offsetInFile` are overridden and secure. `availableData` returns an
-///   empty `Data` at the end of the file, never nil (AP-4324); as `FileHandle.availableData`, it
-///   traps on an I/O error, so prefer `secureAvailableData()`.
-/// - The superclass is given no descriptor (`-1`) and `fileDescriptor` is `-1`: every inherited,
-///   non-secure method fails loudly instead of touching the file. The throwing ones
-///   (`read(upToCount:)`, `write(contentsOf:)`, `seek(toOffset:)`, `offset()`, `truncate(atOffset:)`,
-///   `synchronize()`) throw, and the non-throwing ones (`readData(ofLength:)`, `write(_:)`, ...)
-///   trap, as `FileHandle` does on a bad descriptor. The inherited `close()` does nothing (the
-///   secure file closes with `secureClose()` or when the handle is released).
-///   Nothing ever reads ciphertext as plaintext or writes plaintext to disk through this class.
-/// - Asynchronous I/O is not supported, as in the reference: setting a readability or
-///   writeability handler traps, and `readInBackgroundAndNotify()` and the other background
-///   methods trap (Foundation's "Bad file descriptor" precondition).
+/// ## Two spellings of each operation
+/// - The reference's plain methods, with `FileHandle`'s signatures: `readDataToEndOfFile()`,
+///   `readData(ofLength:)`, `availableData`, `write(_:)`, `seekToEndOfFile()`,
+///   `seek(toFileOffset:)`, `offsetInFile`, `truncateFile(atOffset:)`, `synchronizeFile()`,
+///   `closeFile()`. They work, and on an I/O or key error they stop the program with a message
+///   naming `ACFileHandle`, the error and the throwing method to use instead (the reference: they
+///   raise an exception; "use the added method that includes an NSError parameter").
+/// - The reference's `…error:` methods, spelled as Foundation spells the throwing `FileHandle`
+///   API: `read(upToCount:)`, `readToEnd()`, `write(contentsOf:)`, `seek(toOffset:)`,
+///   `seekToEnd()`, `offset()`, `truncate(atOffset:)`, `synchronize()`, `close()`. They throw
+///   `NSError`s: `ACErrorDomain` with the `ACE_*` code, or `NSPOSIXErrorDomain` with the errno.
 ///
-/// A handle keeps its own file position (as a file handle does); reads and writes at that
-/// position are serialised, so a handle may be shared between threads.
-public final class ACFileHandle: FileHandle, @unchecked Sendable {
+/// Handles come from the failable initializers (`ACFileHandle(forReadingAtPath:)`, ... as
+/// `FileHandle`), the throwing URL initializers (`ACFileHandle(forReadingFrom:)`, ...) or the
+/// throwing factory methods (`ACFileHandle.fileHandleForReading(atPath:)`, ...), each with an
+/// `encryptionGroupId:` variant for files shared through an encryption group.
+///
+/// Asynchronous I/O (`readInBackgroundAndNotify()`, `readabilityHandler`, ...) is not supported, as
+/// in the reference: those members are declared unavailable, so using them does not compile.
+///
+/// A handle released without `close()` writes its cached data and closes the file; an error there
+/// cannot be thrown, so it is written to standard error with the path (never dropped silently).
+/// Call `close()` to handle it.
+///
+/// A handle keeps its own file position; a read or write and the position update it makes are one
+/// step, so a handle may be shared between threads.
+public final class ACFileHandle: @unchecked Sendable {
     /// The path the handle was opened with.
     public let path: String
     /// The encryption group whose key encrypts the file, or nil for the app's own key.
     public let encryptionGroupId: String?
 
     private let file: SecureFile
-    /// Guards `position` and `closed`; held across each operation so a read or write and the
-    /// position update it makes are one step.
+    /// Guards `position` and `closed`; held across each operation.
     private let lock = NSLock()
     private var position: UInt64 = 0
     private var closed = false
 
-    private init(path: String, flags: Int32, encryptionGroupId: String?) throws {
-        let key = try SecureFileIO.key(group: encryptionGroupId, path: path)
+    private init(file: SecureFile, path: String, encryptionGroupId: String?) {
+        self.file = file
+        self.path = path
+        self.encryptionGroupId = encryptionGroupId
+    }
+
+    private static func open(_ path: String, _ flags: Int32, _ group: String?) throws -> SecureFile {
+        let key = try SecureFileIO.key(group: group, path: path)
         // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
         // as the reference's examples do) as a new secure file: it opens it as creating (the file
         // exists, so nothing new is created). The engine refuses other opens of a 0-byte file.
         var st = stat()
         let adoptEmpty = flags & O_ACCMODE != O_RDONLY && lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
         let openFlags = flags | O_CLOEXEC | (adoptEmpty ? O_CREAT : 0)
-        self.file = try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
-        self.path = path
-        self.encryptionGroupId = encryptionGroupId
-        super.init(fileDescriptor: -1, closeOnDealloc: false)
+        return try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
     }
 
-    // MARK: opening (table 22; ACFileHandle(ACSharedSecureFile))
+    deinit {
+        // Nothing else holds `file` (it is private), so this is its last chance to be flushed.
+        lock.lock()
+        defer { lock.unlock() }
+        guard !closed else { return }
+        closed = true
+        do {
+            try bridgingErrors(path) { try file.close() }
+        } catch {
+            let message = "ACFileHandle: \(path) was released without close(); writing its cached data and closing failed: "
+                + Self.describe(error) + ". Data written through this handle may be lost; call close() and handle its error.\n"
+            FileHandle.standardError.write(Data(message.utf8))
+        }
+    }
 
-    /// `fileHandleForReadingAtPath:error:` — opens an existing secure file for reading.
+    // MARK: opening — failable initializers, as FileHandle(forReadingAtPath:)
+
+    /// `fileHandleForReadingAtPath:` — nil if the file cannot be opened (use the throwing forms to
+    /// learn why).
+    public convenience init?(forReadingAtPath path: String) { self.init(path, O_RDONLY, nil) }
+
+    /// `fileHandleForWritingAtPath:` — the file must exist (an empty file becomes a secure file).
+    public convenience init?(forWritingAtPath path: String) { self.init(path, O_WRONLY, nil) }
+
+    /// `fileHandleForUpdatingAtPath:`.
+    public convenience init?(forUpdatingAtPath path: String) { self.init(path, O_RDWR, nil) }
+
+    /// `fileHandleForReadingAtPath:encryptionGroupId:` (ACFileHandle(ACSharedSecureFile)).
+    public convenience init?(forReadingAtPath path: String, encryptionGroupId groupId: String) { self.init(path, O_RDONLY, groupId) }
+
+    public convenience init?(forWritingAtPath path: String, encryptionGroupId groupId: String) { self.init(path, O_WRONLY, groupId) }
+
+    public convenience init?(forUpdatingAtPath path: String, encryptionGroupId groupId: String) { self.init(path, O_RDWR, groupId) }
+
+    private convenience init?(_ path: String, _ flags: Int32, _ group: String?) {
+        guard let file = succeeds({ try Self.open(path, flags, group) }) else { return nil }
+        self.init(file: file, path: path, encryptionGroupId: group)
+    }
+
+    // MARK: opening — throwing URL initializers, as FileHandle(forReadingFrom:)
+
+    /// `fileHandleForReadingFromURL:error:` — `url` must be a file URL (else `ACE_REGULAR_FILE_ONLY_ERROR`).
     /// - Throws: `NSPOSIXErrorDomain` `ENOENT`/`EACCES`, ...; `ACErrorDomain` `ACE_REGULAR_FILE_ONLY_ERROR`
     ///   for a directory or other non-regular file, `ACE_NO_KEYS_ERROR` while secure services are
     ///   unavailable, `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR` for a file that is not a secure file of this key.
+    public convenience init(forReadingFrom url: URL) throws { try self.init(url, O_RDONLY, nil) }
+
+    /// `fileHandleForWritingToURL:error:`.
+    public convenience init(forWritingTo url: URL) throws { try self.init(url, O_WRONLY, nil) }
+
+    /// `fileHandleForUpdatingURL:error:`.
+    public convenience init(forUpdating url: URL) throws { try self.init(url, O_RDWR, nil) }
+
+    /// `fileHandleForReadingFromURL:withEncryptionGroupId:error:`.
+    public convenience init(forReadingFrom url: URL, encryptionGroupId groupId: String) throws { try self.init(url, O_RDONLY, groupId) }
+
+    /// `fileHandleForWritingToURL:withEncryptionGroupId:error:`.
+    public convenience init(forWritingTo url: URL, encryptionGroupId groupId: String) throws { try self.init(url, O_WRONLY, groupId) }
+
+    /// `fileHandleForUpdatingURL:withEncryptionGroupId:error:`.
+    public convenience init(forUpdating url: URL, encryptionGroupId groupId: String) throws { try self.init(url, O_RDWR, groupId) }
+
+    private convenience init(_ url: URL, _ flags: Int32, _ group: String?) throws {
+        let path = try SecureFileIO.path(of: url)
+        self.init(file: try Self.open(path, flags, group), path: path, encryptionGroupId: group)
+    }
+
+    // MARK: opening — throwing factory methods (the reference's `…error:` class methods)
+
+    /// `fileHandleForReadingAtPath:error:` — opens an existing secure file for reading.
+    /// - Throws: as `init(forReadingFrom:)`.
     public static func fileHandleForReading(atPath path: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_RDONLY, encryptionGroupId: nil)
+        ACFileHandle(file: try open(path, O_RDONLY, nil), path: path, encryptionGroupId: nil)
     }
 
     /// `fileHandleForWritingAtPath:error:` — opens an existing file for writing (an empty file becomes a secure file).
     public static func fileHandleForWriting(atPath path: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_WRONLY, encryptionGroupId: nil)
+        ACFileHandle(file: try open(path, O_WRONLY, nil), path: path, encryptionGroupId: nil)
     }
 
     /// `fileHandleForUpdatingAtPath:error:` — opens an existing file for reading and writing.
     public static func fileHandleForUpdating(atPath path: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_RDWR, encryptionGroupId: nil)
+        ACFileHandle(file: try open(path, O_RDWR, nil), path: path, encryptionGroupId: nil)
     }
 
-    /// `fileHandleForReadingFromURL:error:` — `url` must be a file URL (else `ACE_REGULAR_FILE_ONLY_ERROR`).
-    public static func fileHandleForReading(from url: URL) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_RDONLY, encryptionGroupId: nil)
-    }
+    /// `fileHandleForReadingFromURL:error:`.
+    public static func fileHandleForReading(from url: URL) throws -> ACFileHandle { try ACFileHandle(forReadingFrom: url) }
 
     /// `fileHandleForWritingToURL:error:`.
-    public static func fileHandleForWriting(to url: URL) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_WRONLY, encryptionGroupId: nil)
-    }
+    public static func fileHandleForWriting(to url: URL) throws -> ACFileHandle { try ACFileHandle(forWritingTo: url) }
 
     /// `fileHandleForUpdatingURL:error:`.
-    public static func fileHandleForUpdating(_ url: URL) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_RDWR, encryptionGroupId: nil)
+    public static func fileHandleForUpdating(_ url: URL) throws -> ACFileHandle { try ACFileHandle(forUpdating: url) }
+
+    /// Shared variant (`…withEncryptionGroupId:error:`): the file is encrypted with the encryption
+    /// group's key, so every app that names the group can open it. An empty group ID fails with
+    /// `ACE_INVALID_ARG`; a file of another key with `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`.
+    public static func fileHandleForReading(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        ACFileHandle(file: try open(path, O_RDONLY, groupId), path: path, encryptionGroupId: groupId)
     }
 
-    /// Shared variant: the file is encrypted with the encryption group's key, so every app that
-    /// names the group can open it. An empty group ID fails with `ACE_INVALID_ARG`; a file of
-    /// another key with `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`.
-    public static func fileHandleForReading(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_RDONLY, encryptionGroupId: groupId)
+    public static func fileHandleForWriting(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        ACFileHandle(file: try open(path, O_WRONLY, groupId), path: path, encryptionGroupId: groupId)
     }
 
-    public static func fileHandleForWriting(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_WRONLY, encryptionGroupId: groupId)
+    public static func fileHandleForUpdating(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        ACFileHandle(file: try open(path, O_RDWR, groupId), path: path, encryptionGroupId: groupId)
     }
 
-    public static func fileHandleForUpdating(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: path, flags: O_RDWR, encryptionGroupId: groupId)
+    public static func fileHandleForReading(from url: URL, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        try ACFileHandle(forReadingFrom: url, encryptionGroupId: groupId)
     }
 
-    public static func fileHandleForReading(from url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_RDONLY, encryptionGroupId: groupId)
+    public static func fileHandleForWriting(to url: URL, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        try ACFileHandle(forWritingTo: url, encryptionGroupId: groupId)
     }
 
-    public static func fileHandleForWriting(to url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_WRONLY, encryptionGroupId: groupId)
+    public static func fileHandleForUpdating(_ url: URL, encryptionGroupId groupId: String) throws -> ACFileHandle {
+        try ACFileHandle(forUpdating: url, encryptionGroupId: groupId)
     }
 
-    public static func fileHandleForUpdating(_ url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle {
-        try ACFileHandle(path: SecureFileIO.path(of: url), flags: O_RDWR, encryptionGroupId: groupId)
+    // MARK: the reference's plain methods (FileHandle's signatures; stop the program on an error)
+
+    /// The rest of the file; empty at the end. Stops the program on an error: use `readToEnd()`.
+    public func readDataToEndOfFile() -> Data {
+        orStop("readDataToEndOfFile()", instead: "readToEnd()") { try performRead(upTo: Int.max) }
     }
 
-    // MARK: overridden FileHandle members
-
-    /// Always -1: an `ACFileHandle` offers no descriptor for plain I/O.
-    public override var fileDescriptor: Int32 { -1 }
-
-    /// The bytes from the current position to the end of the file; empty (never nil) at the end.
-    /// Traps on an error, as `FileHandle.availableData`: use `secureAvailableData()` instead.
-    public override var availableData: Data {
-        do { return try secureAvailableData() } catch {
-            fatalError("ACFileHandle.availableData failed (use secureAvailableData() to handle errors): \(error.localizedDescription)")
-        }
+    /// Up to `length` bytes; empty at the end. Stops the program on an error: use `read(upToCount:)`.
+    public func readData(ofLength length: Int) -> Data {
+        orStop("readData(ofLength:)", instead: "read(upToCount:)") { try performRead(upTo: length) }
     }
 
-    /// The current position (never fails: the handle keeps it itself).
-    public override var offsetInFile: UInt64 { lock.withLock { position } }
-
-    /// Asynchronous I/O is not supported (reference): setting a handler traps.
-    public override var readabilityHandler: (@Sendable (FileHandle) -> Void)? {
-        get { nil }
-        set { if newValue != nil { preconditionFailure("ACFileHandle does not support asynchronous I/O (readabilityHandler)") } }
+    /// For a regular file, the rest of it (empty, never nil, at the end; AP-4324). Stops the
+    /// program on an error: use `readToEnd()`.
+    public var availableData: Data {
+        orStop("availableData", instead: "readToEnd()") { try performRead(upTo: Int.max) }
     }
 
-    public override var writeabilityHandler: (@Sendable (FileHandle) -> Void)? {
-        get { nil }
-        set { if newValue != nil { preconditionFailure("ACFileHandle does not support asynchronous I/O (writeabilityHandler)") } }
+    /// Writes at the current position and advances it. Stops the program on an error: use `write(contentsOf:)`.
+    public func write(_ data: Data) {
+        orStop("write(_:)", instead: "write(contentsOf:)") { try performWrite(data) }
     }
 
-    // MARK: secure I/O, reference spelling (the `…error:` variants)
-
-    /// `availableDataWithError:` — the rest of the file; empty `Data` at the end.
-    public func secureAvailableData() throws -> Data { try performRead(upTo: Int.max) }
-
-    /// `readDataToEndOfFileWithError:` — the rest of the file; empty `Data` at the end.
-    public func secureReadDataToEndOfFile() throws -> Data { try performRead(upTo: Int.max) }
-
-    /// `readDataOfLength:error:` — up to `length` bytes; empty `Data` at the end.
-    public func secureReadData(ofLength length: Int) throws -> Data { try performRead(upTo: length) }
-
-    /// `writeData:error:` — writes at the current position and advances it.
-    public func secureWrite(_ data: Data) throws { try performWrite(data) }
-
-    /// `seekToEndOfFile` — moves to the end; returns the new position.
+    /// Moves to the end of the file and returns the new position. Stops the program on an error:
+    /// use `seekToEnd()`.
     @discardableResult
-    public func secureSeekToEndOfFile() throws -> UInt64 { try performSeekToEnd() }
+    public func seekToEndOfFile() -> UInt64 {
+        orStop("seekToEndOfFile()", instead: "seekToEnd()") { try performSeekToEnd() }
+    }
 
-    /// `seekToFileOffset:` — positions past the end are allowed; a write there fills the gap with zeros.
-    public func secureSeek(toFileOffset offset: UInt64) throws { try performSeek(to: offset) }
+    /// Positions past the end are allowed; a write there fills the gap with zeros. Stops the
+    /// program on an error: use `seek(toOffset:)`.
+    public func seek(toFileOffset offset: UInt64) {
+        orStop("seek(toFileOffset:)", instead: "seek(toOffset:)") { try performSeek(to: offset) }
+    }
 
-    /// `truncateFileAtOffset:` — sets the length (growing with zeros) and moves the position there.
-    public func secureTruncateFile(atOffset offset: UInt64) throws { try performTruncate(to: offset) }
+    /// The current position. Stops the program on a closed handle: use `offset()`.
+    public var offsetInFile: UInt64 {
+        orStop("offsetInFile", instead: "offset()") { try withOpenFile { position } }
+    }
 
-    /// `synchronizeFile` — writes cached data and `fsync`s.
-    public func secureSynchronizeFile() throws { try performSynchronize() }
+    /// Sets the length (growing with zeros) and moves the position there. Stops the program on an
+    /// error: use `truncate(atOffset:)`.
+    public func truncateFile(atOffset offset: UInt64) {
+        orStop("truncateFile(atOffset:)", instead: "truncate(atOffset:)") { try performTruncate(to: offset) }
+    }
 
-    /// `closeFile` — writes cached data and closes. Further calls fail with `EBADF`.
-    public func secureCloseFile() throws { try performClose() }
+    /// Writes cached data and `fsync`s. Stops the program on an error: use `synchronize()`.
+    public func synchronizeFile() {
+        orStop("synchronizeFile()", instead: "synchronize()") { try performSynchronize() }
+    }
 
-    // MARK: secure I/O, modern spelling (`read(upToCount:)`, `write(contentsOf:)`, ...)
+    /// Writes cached data and closes. Stops the program on an error (a failed flush loses data):
+    /// use `close()`.
+    public func closeFile() {
+        orStop("closeFile()", instead: "close()") { try performClose() }
+    }
 
-    /// As `read(upToCount:)`: nil at the end of the file.
-    public func secureRead(upToCount count: Int) throws -> Data? {
+    // MARK: the reference's `…error:` methods, spelled as FileHandle's throwing API
+
+    /// Up to `count` bytes from the current position; nil at the end of the file
+    /// (`readDataOfLength:error:`).
+    public func read(upToCount count: Int) throws -> Data? {
         let data = try performRead(upTo: count)
         return data.isEmpty && count > 0 ? nil : data
     }
 
-    /// As `readToEnd()`: nil at the end of the file.
-    public func secureReadToEnd() throws -> Data? {
+    /// The rest of the file; nil at the end (`readDataToEndOfFileWithError:`, `availableDataWithError:`).
+    public func readToEnd() throws -> Data? {
         let data = try performRead(upTo: Int.max)
         return data.isEmpty ? nil : data
     }
 
-    /// As `write(contentsOf:)`.
-    public func secureWrite<T: DataProtocol>(contentsOf data: T) throws { try performWrite(data) }
+    /// Writes at the current position and advances it (`writeData:error:`).
+    public func write<T: DataProtocol>(contentsOf data: T) throws { try performWrite(data) }
 
-    /// As `seek(toOffset:)`.
-    public func secureSeek(toOffset offset: UInt64) throws { try performSeek(to: offset) }
+    /// Moves to `offset` (`seekToFileOffset:`, throwing).
+    public func seek(toOffset offset: UInt64) throws { try performSeek(to: offset) }
 
-    /// As `seekToEnd()`.
+    /// Moves to the end; returns the new position (`seekToEndOfFile`, throwing).
     @discardableResult
-    public func secureSeekToEnd() throws -> UInt64 { try performSeekToEnd() }
+    public func seekToEnd() throws -> UInt64 { try performSeekToEnd() }
 
-    /// As `offset()`; fails with `EBADF` after close.
-    public func secureOffset() throws -> UInt64 { try withOpenFile { position } }
+    /// The current position; fails with `EBADF` after close (`offsetInFile`, throwing).
+    public func offset() throws -> UInt64 { try withOpenFile { position } }
 
-    /// As `truncate(atOffset:)`.
-    public func secureTruncate(atOffset offset: UInt64) throws { try performTruncate(to: offset) }
+    /// Sets the length and moves the position there (`truncateFileAtOffset:`, throwing).
+    public func truncate(atOffset offset: UInt64) throws { try performTruncate(to: offset) }
 
-    /// As `synchronize()`.
-    public func secureSynchronize() throws { try performSynchronize() }
+    /// Writes cached data and `fsync`s the file (`synchronizeFile`, throwing).
+    public func synchronize() throws { try performSynchronize() }
 
-    /// As `close()`.
-    public func secureClose() throws { try performClose() }
+    /// Writes cached data and closes (`closeFile`, throwing). Later calls fail with `EBADF`.
+    public func close() throws { try performClose() }
+
+    // MARK: asynchronous I/O: not supported (reference: "throws an exception")
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference); read in a Task or on a queue instead")
+    public func readInBackgroundAndNotify() { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference); read in a Task or on a queue instead")
+    public func readInBackgroundAndNotify(forModes modes: [RunLoop.Mode]?) { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference); read in a Task or on a queue instead")
+    public func readToEndOfFileInBackgroundAndNotify() { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference); read in a Task or on a queue instead")
+    public func readToEndOfFileInBackgroundAndNotify(forModes modes: [RunLoop.Mode]?) { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference)")
+    public func waitForDataInBackgroundAndNotify() { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference)")
+    public func acceptConnectionInBackgroundAndNotify() { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference)")
+    public var readabilityHandler: (@Sendable (ACFileHandle) -> Void)? {
+        get { fatalError("unavailable") }
+        set { fatalError("unavailable") }
+    }
+
+    @available(*, unavailable, message: "ACFileHandle does not support asynchronous I/O (as in the AppConnect reference)")
+    public var writeabilityHandler: (@Sendable (ACFileHandle) -> Void)? {
+        get { fatalError("unavailable") }
+        set { fatalError("unavailable") }
+    }
+
+    @available(*, unavailable, message: "an ACFileHandle has no descriptor for plain I/O: plain reads and writes would bypass the encryption")
+    public var fileDescriptor: Int32 { fatalError("unavailable") }
+
+    // MARK: earlier spellings (renamed; the compiler offers the fix)
+
+    @available(*, unavailable, renamed: "fileHandleForReading(atPath:encryptionGroupId:)")
+    public static func fileHandleForReading(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "fileHandleForWriting(atPath:encryptionGroupId:)")
+    public static func fileHandleForWriting(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "fileHandleForUpdating(atPath:encryptionGroupId:)")
+    public static func fileHandleForUpdating(atPath path: String, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "fileHandleForReading(from:encryptionGroupId:)")
+    public static func fileHandleForReading(from url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "fileHandleForWriting(to:encryptionGroupId:)")
+    public static func fileHandleForWriting(to url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "fileHandleForUpdating(_:encryptionGroupId:)")
+    public static func fileHandleForUpdating(_ url: URL, withEncryptionGroupId groupId: String) throws -> ACFileHandle { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "readToEnd()")
+    public func secureAvailableData() throws -> Data { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "readToEnd()")
+    public func secureReadDataToEndOfFile() throws -> Data { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "read(upToCount:)")
+    public func secureReadData(ofLength length: Int) throws -> Data { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "write(contentsOf:)")
+    public func secureWrite(_ data: Data) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "seekToEnd()")
+    public func secureSeekToEndOfFile() throws -> UInt64 { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "seek(toOffset:)")
+    public func secureSeek(toFileOffset offset: UInt64) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "truncate(atOffset:)")
+    public func secureTruncateFile(atOffset offset: UInt64) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "synchronize()")
+    public func secureSynchronizeFile() throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "close()")
+    public func secureCloseFile() throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "read(upToCount:)")
+    public func secureRead(upToCount count: Int) throws -> Data? { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "readToEnd()")
+    public func secureReadToEnd() throws -> Data? { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "write(contentsOf:)")
+    public func secureWrite<T: DataProtocol>(contentsOf data: T) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "seek(toOffset:)")
+    public func secureSeek(toOffset offset: UInt64) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "seekToEnd()")
+    public func secureSeekToEnd() throws -> UInt64 { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "offset()")
+    public func secureOffset() throws -> UInt64 { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "truncate(atOffset:)")
+    public func secureTruncate(atOffset offset: UInt64) throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "synchronize()")
+    public func secureSynchronize() throws { fatalError("unavailable") }
+    @available(*, unavailable, renamed: "close()")
+    public func secureClose() throws { fatalError("unavailable") }
 
     // MARK: implementation
+
+    /// Runs a plain method's body; an error stops the program with a message that names this
+    /// class, the method, the file, the error and the throwing method that reports it instead
+    /// (the reference raises an exception here).
+    private func orStop<R>(_ method: String, instead: String, _ body: () throws -> R) -> R {
+        do { return try body() } catch {
+            fatalError("ACFileHandle.\(method) failed on \(path): \(Self.describe(error)). "
+                       + "The plain FileHandle methods cannot report errors; use the throwing ACFileHandle.\(instead) and handle the error")
+        }
+    }
+
+    /// `ACErrorDomain ACE_NO_KEYS_ERROR (1): message`,
+    /// `NSPOSIXErrorDomain errno 9 (Bad file descriptor): message`.
+    static func describe(_ error: Error) -> String {
+        let e = error as NSError
+        func posix(_ code: Int) -> String { "errno \(code) (\(String(cString: strerror(Int32(truncatingIfNeeded: code)))))" }
+        var detail = "(\(e.code))"
+        if let ace = e.userInfo[ACErrorNameKey] as? String {
+            detail = "\(ace) (\(e.code))"
+            if let underlying = e.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+                detail += ", " + posix(underlying.code)
+            }
+        } else if e.domain == NSPOSIXErrorDomain {
+            detail = posix(e.code)
+        }
+        return "\(e.domain) \(detail): \(e.localizedDescription)"
+    }
 
     private func closedError() -> NSError {
         SecureFileError.posix(EBADF, "\(path) (closed)").nsError(path: path)

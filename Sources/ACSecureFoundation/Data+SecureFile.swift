@@ -4,9 +4,9 @@ import ACSecureFileCore
 // NSData (ACSecureFile) and NSData (ACSharedSecureFile), reference tables 24 and 25.
 //
 // Every method that takes an error pointer in the reference throws here (`NSError`: ACErrorDomain
-// with the ACE_* code, NSPOSIXErrorDomain with the errno). The reference's nil/NO-returning
-// variants are `try?` of these, except `write(toSecureFile:atomically:)`, whose Bool result is
-// spelled as in NSData.
+// with the ACE_* code, NSPOSIXErrorDomain with the errno). The reference's NO-returning writes are
+// `write(toSecureFile:atomically:) -> Bool`, as in NSData; `Data`'s reading initializers throw (as
+// `Data(contentsOf:)`), `NSData`'s plain ones are failable (as `NSData(contentsOfFile:)`).
 //
 // Options: `.atomic` writes a temporary secure file in the same directory, fsyncs it, renames it
 // over the target and fsyncs the directory (a crash leaves the old or the new contents);
@@ -60,30 +60,29 @@ extension Data {
         try secureWrite(SecureFileIO.path(of: url), group: groupId, options: options)
     }
 
-    /// `writeToSecureFile:atomically:` — false on any failure (prefer the throwing variant).
+    /// `writeToSecureFile:atomically:` — false on any failure (prefer the throwing
+    /// `write(toSecureFile:options:)`, which says why).
     @discardableResult
     public func write(toSecureFile path: String, atomically: Bool) -> Bool {
-        (try? secureWrite(path, group: nil, options: atomically ? .atomic : [])) != nil
+        succeeds { try secureWrite(path, group: nil, options: atomically ? .atomic : []) }
     }
 
     /// `writeToSecureFile:encryptionGroupId:atomically:`.
     @discardableResult
     public func write(toSecureFile path: String, encryptionGroupId groupId: String, atomically: Bool) -> Bool {
-        (try? secureWrite(path, group: groupId, options: atomically ? .atomic : [])) != nil
+        succeeds { try secureWrite(path, group: groupId, options: atomically ? .atomic : []) }
     }
 
     /// `writeToSecureURL:atomically:`.
     @discardableResult
     public func write(toSecureURL url: URL, atomically: Bool) -> Bool {
-        guard let path = try? SecureFileIO.path(of: url) else { return false }
-        return write(toSecureFile: path, atomically: atomically)
+        succeeds { try secureWrite(SecureFileIO.path(of: url), group: nil, options: atomically ? .atomic : []) }
     }
 
     /// `writeToSecureURL:encryptionGroupId:atomically:`.
     @discardableResult
     public func write(toSecureURL url: URL, encryptionGroupId groupId: String, atomically: Bool) -> Bool {
-        guard let path = try? SecureFileIO.path(of: url) else { return false }
-        return write(toSecureFile: path, encryptionGroupId: groupId, atomically: atomically)
+        succeeds { try secureWrite(SecureFileIO.path(of: url), group: groupId, options: atomically ? .atomic : []) }
     }
 
     func secureWrite(_ path: String, group: String?, options: Data.WritingOptions) throws {
@@ -95,7 +94,9 @@ extension Data {
     }
 }
 
-// The reference's Swift example writes through `NSData` (`data as NSData`).
+// NSData: the reference's Swift example writes through `NSData` (`data as NSData`). As Foundation's
+// NSData: the plain initializers are failable (`NSData(contentsOfSecureFile:)`), the ones with
+// `options:` throw; `write(toSecureFile:atomically:)` returns Bool, `write(toSecureFile:options:)` throws.
 extension NSData {
     /// `writeToSecureFile:options:error:`.
     public func write(toSecureFile path: String, options: NSData.WritingOptions = []) throws {
@@ -112,24 +113,86 @@ extension NSData {
         try Data(referencing: self).write(toSecureURL: url, options: options)
     }
 
+    /// `writeToSecureURL:encryptionGroupId:options:error:`.
+    public func write(toSecureURL url: URL, encryptionGroupId groupId: String, options: NSData.WritingOptions = []) throws {
+        try Data(referencing: self).write(toSecureURL: url, encryptionGroupId: groupId, options: options)
+    }
+
     /// `writeToSecureFile:atomically:`.
     @discardableResult
     public func write(toSecureFile path: String, atomically: Bool) -> Bool {
         Data(referencing: self).write(toSecureFile: path, atomically: atomically)
     }
 
-    /// `initWithContentsOfSecureFile:options:error:` (and `dataWithContentsOfSecureFile:…`).
-    public convenience init(contentsOfSecureFile path: String, options: NSData.ReadingOptions = []) throws {
+    /// `writeToSecureFile:encryptionGroupId:atomically:`.
+    @discardableResult
+    public func write(toSecureFile path: String, encryptionGroupId groupId: String, atomically: Bool) -> Bool {
+        Data(referencing: self).write(toSecureFile: path, encryptionGroupId: groupId, atomically: atomically)
+    }
+
+    /// `writeToSecureURL:atomically:`.
+    @discardableResult
+    public func write(toSecureURL url: URL, atomically: Bool) -> Bool {
+        Data(referencing: self).write(toSecureURL: url, atomically: atomically)
+    }
+
+    /// `writeToSecureURL:encryptionGroupId:atomically:`.
+    @discardableResult
+    public func write(toSecureURL url: URL, encryptionGroupId groupId: String, atomically: Bool) -> Bool {
+        Data(referencing: self).write(toSecureURL: url, encryptionGroupId: groupId, atomically: atomically)
+    }
+
+    /// `initWithContentsOfSecureFile:` (and `dataWithContentsOfSecureFile:`) — nil on any failure.
+    public convenience init?(contentsOfSecureFile path: String) {
+        guard let data = succeeds({ try Data(contentsOfSecureFile: path) }) else { return nil }
+        self.init(data: data)
+    }
+
+    /// `initWithContentsOfSecureFile:encryptionGroupId:`.
+    public convenience init?(contentsOfSecureFile path: String, encryptionGroupId groupId: String) {
+        guard let data = succeeds({ try Data(contentsOfSecureFile: path, encryptionGroupId: groupId) }) else { return nil }
+        self.init(data: data)
+    }
+
+    /// `initWithContentsOfSecureURL:`.
+    public convenience init?(contentsOfSecureURL url: URL) {
+        guard let data = succeeds({ try Data(contentsOfSecureURL: url) }) else { return nil }
+        self.init(data: data)
+    }
+
+    /// `initWithContentsOfSecureURL:encryptionGroupId:`.
+    public convenience init?(contentsOfSecureURL url: URL, encryptionGroupId groupId: String) {
+        guard let data = succeeds({ try Data(contentsOfSecureURL: url, encryptionGroupId: groupId) }) else { return nil }
+        self.init(data: data)
+    }
+
+    /// `initWithContentsOfSecureFile:options:error:` (and `dataWithContentsOfSecureFile:options:error:`).
+    public convenience init(contentsOfSecureFile path: String, options: NSData.ReadingOptions) throws {
         self.init(data: try Data(contentsOfSecureFile: path, options: options))
     }
 
     /// `initWithContentsOfSecureFile:encryptionGroupId:options:error:`.
-    public convenience init(contentsOfSecureFile path: String, encryptionGroupId groupId: String, options: NSData.ReadingOptions = []) throws {
+    public convenience init(contentsOfSecureFile path: String, encryptionGroupId groupId: String, options: NSData.ReadingOptions) throws {
         self.init(data: try Data(contentsOfSecureFile: path, encryptionGroupId: groupId, options: options))
     }
 
     /// `initWithContentsOfSecureURL:options:error:`.
-    public convenience init(contentsOfSecureURL url: URL, options: NSData.ReadingOptions = []) throws {
+    public convenience init(contentsOfSecureURL url: URL, options: NSData.ReadingOptions) throws {
         self.init(data: try Data(contentsOfSecureURL: url, options: options))
     }
+
+    /// `initWithContentsOfSecureURL:encryptionGroupId:options:error:`.
+    public convenience init(contentsOfSecureURL url: URL, encryptionGroupId groupId: String, options: NSData.ReadingOptions) throws {
+        self.init(data: try Data(contentsOfSecureURL: url, encryptionGroupId: groupId, options: options))
+    }
+}
+
+/// The Foundation-style (Bool / optional) forms: the error becomes `false` / nil, as in Foundation.
+/// The throwing forms report it; these exist for ported code that ignores errors anyway.
+func succeeds(_ body: () throws -> Void) -> Bool {
+    do { try body(); return true } catch { return false }
+}
+
+func succeeds<R>(_ body: () throws -> R) -> R? {
+    do { return try body() } catch { return nil }
 }

@@ -8,14 +8,26 @@ import ACSecureServices
 
 // NSFileManager category, reference table 23. Methods that take an error pointer in the
 // reference throw NSError here (ACErrorDomain / NSPOSIXErrorDomain / NSCocoaErrorDomain).
+// `createSecureFile(atPath:contents:attributes:) -> Bool` and `secureContents(atPath:) -> Data?`
+// are spelled as `createFile`/`contents(atPath:)`; their throwing forms take `options:`.
 
 extension FileManager {
+    /// `createSecureFileAtPath:contents:attributes:` as `createFile(atPath:contents:attributes:)`:
+    /// false on any failure (prefer the throwing `createSecureFile(atPath:contents:attributes:options:)`).
+    @discardableResult
+    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil) -> Bool {
+        succeeds { try createSecureFile(atPath: path, contents: contents, attributes: attributes, options: .atomic) }
+    }
+
     /// `createSecureFileAtPath:contents:attributes:error:` — writes `contents` (nil: empty) as a
-    /// new secure file, atomically, replacing any file at `path`; then applies `attributes`
+    /// secure file, replacing any file at `path` (atomically with `.atomic`, as the Bool form does;
+    /// `.withoutOverwriting` fails with `EEXIST` instead); then applies `attributes`
     /// (`.posixPermissions`, `.modificationDate`, ... as `setAttributes(_:ofItemAtPath:)`).
-    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil) throws {
+    public func createSecureFile(atPath path: String, contents: Data?, attributes: [FileAttributeKey: Any]? = nil,
+                                 options: Data.WritingOptions) throws {
         try bridgingErrors(path) {
-            try SecureFileIO.write(contents ?? Data(), to: path, key: .app, atomic: true)
+            try SecureFileIO.write(contents ?? Data(), to: path, key: .app, atomic: options.contains(.atomic),
+                                   withoutOverwriting: options.contains(.withoutOverwriting))
         }
         if let attributes, !attributes.isEmpty {
             var settable = attributes
@@ -72,18 +84,28 @@ extension FileManager {
         try copySecureFile(atPath: SecureFileIO.path(of: srcURL), toPath: SecureFileIO.path(of: dstURL))
     }
 
+    /// `secureContentsAtPath:` as `contents(atPath:)`: nil on any failure (prefer the throwing
+    /// `secureContents(atPath:options:)`).
+    public func secureContents(atPath path: String) -> Data? {
+        succeeds { try Data(contentsOfSecureFile: path) }
+    }
+
     /// `secureContentsAtPath:error:` — the decrypted contents.
-    public func secureContents(atPath path: String) throws -> Data {
-        try Data(contentsOfSecureFile: path)
+    public func secureContents(atPath path: String, options: Data.ReadingOptions) throws -> Data {
+        try Data(contentsOfSecureFile: path, options: options)
     }
 
     /// `secureContentsEqualAtPath:andPath:error:` — compares the plaintexts (two encryptions of the
     /// same bytes differ on disk). Both files must be readable secure files.
     public func secureContentsEqual(atPath path1: String, andPath path2: String) throws -> Bool {
-        let a = try bridgingErrors(path1) { try SecureFile.open(path1, flags: O_RDONLY | O_CLOEXEC) }
-        defer { try? a.close() }
-        let b = try bridgingErrors(path2) { try SecureFile.open(path2, flags: O_RDONLY | O_CLOEXEC) }
-        defer { try? b.close() }
+        try SecureFileIO.withReadOnlyFile(path1) { a in
+            try SecureFileIO.withReadOnlyFile(path2) { b in
+                try Self.plaintextsEqual(a, path1, b, path2)
+            }
+        }
+    }
+
+    private static func plaintextsEqual(_ a: SecureFile, _ path1: String, _ b: SecureFile, _ path2: String) throws -> Bool {
         let sizeA = try bridgingErrors(path1) { try a.size }
         let sizeB = try bridgingErrors(path2) { try b.size }
         guard sizeA == sizeB else { return false }
@@ -105,11 +127,7 @@ extension FileManager {
     /// `attributesOfSecureFileAtPath:error:` — as `attributesOfItem(atPath:)`, with `.size` the
     /// plaintext size. Opens the file, so it fails like a read would (keys, corruption, directory).
     public func attributesOfSecureFile(atPath path: String) throws -> [FileAttributeKey: Any] {
-        let size = try bridgingErrors(path) { () throws -> Int64 in
-            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC)
-            defer { try? file.close() }
-            return try file.size
-        }
+        let size = try SecureFileIO.withReadOnlyFile(path) { try $0.size }
         var attributes = try attributesOfItem(atPath: path)
         attributes[.size] = NSNumber(value: UInt64(size))
         return attributes

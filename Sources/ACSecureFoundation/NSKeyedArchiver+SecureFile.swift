@@ -12,11 +12,22 @@ import ACSecureFileCore
 // `archiveRootObject(_:toSecureFile:atomically:requiringSecureCoding: true)` and
 // `unarchivedObject(ofClasses:fromSecureFile:)`, which decode only the listed classes.
 
+// Spellings: `archiveRootObject(_:toSecureFile:) -> Bool` and `unarchiveObject(withSecureFile:) -> Any?`
+// as Foundation's `archiveRootObject(_:toFile:)`/`unarchiveObject(withFile:)`; the reference's
+// `…error:` forms would import with the same names, so they take `options:` and throw.
+
 extension NSKeyedArchiver {
-    /// `archiveRootObject:toSecureFile:error:` — archives `rootObject` into a secure file (atomically,
-    /// as `archiveRootObject:toFile:`).
-    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String) throws {
-        try archiveRootObject(rootObject, toSecureFile: path, atomically: true)
+    /// `archiveRootObject:toFile:`'s secure form — archives `rootObject` into a secure file,
+    /// atomically; false on any failure (prefer a throwing form).
+    @discardableResult
+    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String) -> Bool {
+        succeeds { try archiveRootObject(rootObject, toSecureFile: path, atomically: true) }
+    }
+
+    /// `archiveRootObject:toSecureFile:error:` — `.atomic` as `archiveRootObject:toFile:` writes.
+    public static func archiveRootObject(_ rootObject: Any, toSecureFile path: String, options: Data.WritingOptions) throws {
+        let data = try NSKeyedArchiver.archivedData(withRootObject: rootObject, requiringSecureCoding: false)
+        try data.write(toSecureFile: path, options: options)
     }
 
     /// `archiveRootObject:toSecureFile:atomically:error:`.
@@ -33,9 +44,14 @@ extension NSKeyedArchiver {
 }
 
 extension NSKeyedUnarchiver {
+    /// `unarchiveObjectWithFile:`'s secure form — nil on any failure (prefer `unarchiveObject(withSecureFile:options:)`).
+    public static func unarchiveObject(withSecureFile path: String) -> Any? {
+        succeeds { try unarchiveObject(withSecureFile: path, options: []) } ?? nil
+    }
+
     /// `unarchiveObjectWithSecureFile:error:` — the archived root object (nil for an archive of nil).
-    /// Does not require NSSecureCoding (see the stance above).
-    public static func unarchiveObject(withSecureFile path: String) throws -> Any? {
+    /// Does not require NSSecureCoding (see the stance above). The reading options are ignored.
+    public static func unarchiveObject(withSecureFile path: String, options: Data.ReadingOptions) throws -> Any? {
         let data = try Data(contentsOfSecureFile: path)
         let unarchiver = try NSKeyedUnarchiver(forReadingFrom: data)
         unarchiver.requiresSecureCoding = false

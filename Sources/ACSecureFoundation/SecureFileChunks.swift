@@ -73,20 +73,23 @@ public struct SecureFileChunks: AsyncSequence, Sendable {
                 let n = try bridgingErrors(path) {
                     try chunk.withUnsafeMutableBytes { try file.pread(into: $0, at: start) }
                 }
-                guard n > 0 else { finish(); return nil }
+                guard n > 0 else {
+                    // The end: a failed close is this iteration's error.
+                    finished = true
+                    self.file = nil
+                    try bridgingErrors(path) { try file.close() }
+                    return nil
+                }
                 chunk.count = n
                 offset += Int64(n)
                 return chunk
             } catch {
-                finish()
+                finished = true
+                let failed = file
+                file = nil
+                if let failed { throw SecureFileIO.closing(failed, after: error) as NSError }
                 throw error as NSError
             }
-        }
-
-        private mutating func finish() {
-            finished = true
-            try? file?.close()
-            file = nil
         }
     }
 }

@@ -49,9 +49,15 @@ enum SecureFileIO {
     /// The whole plaintext of a secure file.
     static func readAll(_ path: String, key: KeySelection) throws -> Data {
         let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key)
-        defer { try? file.close() }
+        let data: Data
+        do { data = try readAll(file) } catch { throw closing(file, after: error) }
+        try file.close()
+        return data
+    }
+
+    private static func readAll(_ file: SecureFile) throws -> Data {
         let size = try file.size
-        guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(path): \(size) bytes do not fit in memory") }
+        guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(file.path): \(size) bytes do not fit in memory") }
         var data = Data(count: count)
         let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in
             var done = 0
@@ -65,6 +71,38 @@ enum SecureFileIO {
         }
         if got < count { data.count = got }
         return data
+    }
+
+    /// Opens `path` read-only, runs `body`, closes: a close failure is thrown (after success) or
+    /// added to the body's error (after failure), never dropped. Errors are bridged to NSError.
+    static func withReadOnlyFile<R>(_ path: String, key: KeySelection = .app, _ body: (SecureFile) throws -> R) throws -> R {
+        try bridgingErrors(path) {
+            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key)
+            let result: R
+            do { result = try body(file) } catch { throw closing(file, after: error) }
+            try file.close()
+            return result
+        }
+    }
+
+    /// Closes `file` after its operation failed with `error`, and returns the error to throw. The
+    /// first error stays the one reported (the close failure is its consequence); a close failure
+    /// is added to its message rather than dropped.
+    static func closing(_ file: SecureFile, after error: Error) -> Error {
+        do {
+            try file.close()
+            return error
+        } catch let closeError {
+            let note = "; closing \(file.path) afterwards also failed: \(closeError.message)"
+            switch error {
+            case let e as SecureFileError:
+                return SecureFileError(code: e.code, errno: e.errno == 0 ? nil : e.errno, message: e.message + note)
+            case let e as NSError:
+                var info = e.userInfo
+                info[NSLocalizedDescriptionKey] = e.localizedDescription + note
+                return NSError(domain: e.domain, code: e.code, userInfo: info)
+            }
+        }
     }
 
     // MARK: writing
@@ -98,7 +136,7 @@ enum SecureFileIO {
                 var flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
                 if withoutOverwriting { flags |= O_EXCL }
                 let file = try SecureFile.open(path, flags: flags, mode: 0o666, key: key)
-                do { try writeAll(file, buffer) } catch { try? file.close(); throw error }
+                do { try writeAll(file, buffer) } catch { throw closing(file, after: error) }
                 try file.close()
             }
         }
@@ -123,16 +161,20 @@ enum SecureFileIO {
             }
         }
         let temporary = try createTemporary(near: path, key: key, mode: exists ? st.st_mode & 0o7777 : 0o666)
+        var open = true
         do {
             try writeAll(temporary, bytes)
             if exists { _ = fchmod(temporary.fileDescriptor, st.st_mode & 0o7777) }
             try temporary.sync()
+            open = false  // close() releases the descriptor even when it fails
             try temporary.close()
             try publish(temporary.path, as: path, withoutOverwriting: withoutOverwriting)
         } catch {
-            try? temporary.close()
+            // The temporary file is removed: only the first error matters, but a failed close is
+            // still reported with it.
+            let reported = open ? closing(temporary, after: error) : error
             unlink(temporary.path)
-            throw error
+            throw reported
         }
     }
 
@@ -189,11 +231,16 @@ enum SecureFileIO {
     /// atomic and fails with `EEXIST` if `destination` exists, as `FileManager.copyItem`.
     static func copy(_ source: String, to destination: String, key: KeySelection) throws {
         let input = try SecureFile.open(source, flags: O_RDONLY | O_CLOEXEC, key: key)
-        defer { try? input.close() }
+        do { try copy(input, to: destination, key: key) } catch { throw closing(input, after: error) }
+        try input.close()
+    }
+
+    private static func copy(_ input: SecureFile, to destination: String, key: KeySelection) throws {
         var st = stat()
         guard lstat(destination, &st) != 0 else { throw SecureFileError.posix(EEXIST, destination) }
         let sourceStat = try input.stat()
         let output = try createTemporary(near: destination, key: key, mode: sourceStat.st_mode & 0o7777)
+        var open = true
         do {
             var buffer = [UInt8](repeating: 0, count: ioChunk)
             defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
@@ -206,12 +253,13 @@ enum SecureFileIO {
             }
             _ = fchmod(output.fileDescriptor, sourceStat.st_mode & 0o7777)
             try output.sync()
+            open = false  // close() releases the descriptor even when it fails
             try output.close()
             try publish(output.path, as: destination, withoutOverwriting: true)
         } catch {
-            try? output.close()
+            let reported = open ? closing(output, after: error) : error
             unlink(output.path)
-            throw error
+            throw reported
         }
     }
 }

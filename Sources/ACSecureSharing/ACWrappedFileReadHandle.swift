@@ -6,8 +6,13 @@ import ACSecureFileCore
 
 /// Reads a wrapped file's original bytes (the reference's `ACWrappedFileReadHandle`), with the read
 /// methods of `ACFileHandle`/`FileHandle`. Offsets count from the first byte of the original file (the
-/// name record is invisible). Every method throws an `NSError` (as the reference's `error:` forms do)
-/// instead of raising: a failed read never returns partial or unauthenticated bytes.
+/// name record is invisible). A failed read never returns partial or unauthenticated bytes.
+///
+/// Spellings follow `ACFileHandle`: the throwing `FileHandle` forms `read(upToCount:)`, `readToEnd()`,
+/// `seek(toOffset:)`, `seekToEnd()`, `offset()`, `close()` throw `NSError`s; `offsetInFile` and
+/// `closeFile()` are the plain forms. `readData(ofLength:)`, `readDataToEndOfFile()`,
+/// `availableData`, `seek(toFileOffset:)` and `seekToEndOfFile()` still throw (the C API's
+/// descriptor table calls them with `try`); see docs/PORTING.md.
 /// Safe to use from several threads (calls are serialised).
 public final class ACWrappedFileReadHandle: @unchecked Sendable {
     /// The name the extension gave the file (authenticated: it was encrypted with the contents).
@@ -26,7 +31,11 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
     }
 
     deinit {
-        if !closed { try? file.close() }
+        guard !closed else { return }
+        do { try file.close() } catch {
+            // Read-only, so nothing is lost; still never dropped silently.
+            FileHandle.standardError.write(Data("ACWrappedFileReadHandle: closing \(file.path) on release failed: \((error as NSError).localizedDescription)\n".utf8))
+        }
     }
 
     /// The length of the original file.
@@ -110,8 +119,14 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
         }
     }
 
-    /// `FileHandle.closeFile()`.
-    public func closeFile() { try? close() }
+    /// `FileHandle.closeFile()`. Stops the program on an error (the reference raises an
+    /// exception): use the throwing `close()` to handle it.
+    public func closeFile() {
+        do { try close() } catch {
+            fatalError("ACWrappedFileReadHandle.closeFile() failed on \(file.path): \((error as NSError).domain) (\((error as NSError).code)): "
+                       + "\((error as NSError).localizedDescription). Use the throwing ACWrappedFileReadHandle.close() and handle the error")
+        }
+    }
 
     // MARK: private
 

@@ -1,11 +1,13 @@
-// A child process for ACSecureFoundationTests: it is SIGKILLed in the middle of writing, or it
-// must trap when an ACFileHandle is misused as a plain FileHandle. Services come from the
+// A child process for ACSecureFoundationTests: it is SIGKILLed in the middle of writing, it must
+// stop when a plain ACFileHandle method meets an error, or it releases a handle without closing it. Services come from the
 // environment (ACSECURE_HOME, ACSECURE_APP_ID).
 #if canImport(Glibc)
 import Glibc
 #endif
 import Foundation
 import ACSecureFoundation
+import ACSecureFileCore
+import ACSecureServices
 
 /// The contents of version `k`: its number in the first 8 bytes, then pseudo-random bytes; the
 /// length varies with `k`. The test regenerates it to check a file is one whole version.
@@ -46,21 +48,88 @@ do {
             if k == 1 { say("ready") }
             k += 1
         }
-    case "plain-write":
-        let handle: FileHandle = try ACFileHandle.fileHandleForUpdating(atPath: path)
+    // The plain methods must stop the program with a message naming the throwing method.
+    case "write-on-reader":
+        let handle = ACFileHandle(forReadingAtPath: path)!
         say("ready")
         handle.write(Data("plaintext that must never reach the disk".utf8))
         say("survived")
-    case "background-read":
-        let handle = try ACFileHandle.fileHandleForReading(atPath: path)
+    case "truncate-on-reader":
+        let handle = ACFileHandle(forReadingAtPath: path)!
         say("ready")
-        handle.readInBackgroundAndNotify()
+        handle.truncateFile(atOffset: 0)
         say("survived")
-    case "readability-handler":
-        let handle = try ACFileHandle.fileHandleForReading(atPath: path)
+    case "read-on-writer":
+        let handle = ACFileHandle(forWritingAtPath: path)!
         say("ready")
-        handle.readabilityHandler = { _ in }
+        _ = handle.readData(ofLength: 3)
         say("survived")
+    case "read-to-end-on-writer":
+        let handle = ACFileHandle(forWritingAtPath: path)!
+        say("ready")
+        _ = handle.readDataToEndOfFile()
+        say("survived")
+    case "available-on-writer":
+        let handle = ACFileHandle(forWritingAtPath: path)!
+        say("ready")
+        _ = handle.availableData
+        say("survived")
+    case "seek-too-far":
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        say("ready")
+        handle.seek(toFileOffset: UInt64(1) << 60)
+        say("survived")
+    case "seek-end-locked":
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        try SecureServices.currentOrStartFromEnvironment().lock()
+        say("ready")
+        handle.seekToEndOfFile()
+        say("survived")
+    case "offset-after-close":
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        try handle.close()
+        say("ready")
+        _ = handle.offsetInFile
+        say("survived")
+    case "synchronize-after-close":
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        handle.closeFile()
+        say("ready")
+        handle.synchronizeFile()
+        say("survived")
+    case "close-twice":
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        handle.closeFile()
+        say("ready")
+        handle.closeFile()
+        say("survived")
+    case "synchronize-fails":
+        // The writes stay in the cache, then the fsync fails: the data may not be durable.
+        let handle = ACFileHandle(forUpdatingAtPath: path)!
+        say("ready")
+        SecureFileTesting.faultInjector = { $0 == .fsync ? .fail(EIO) : nil }
+        handle.synchronizeFile()
+        say("survived")
+
+    // A released handle flushes and closes.
+    case "release-then-exit":
+        do {
+            let handle = ACFileHandle(forWritingAtPath: path)!
+            handle.write(Data("written by \(mode)".utf8))
+        }
+        say("ready")
+    case "closefile-then-exit":
+        let handle = ACFileHandle(forWritingAtPath: path)!
+        handle.write(Data("written by \(mode)".utf8))
+        handle.closeFile()
+        say("ready")
+    case "release-flush-fails":
+        do {
+            let handle = ACFileHandle(forWritingAtPath: path)!
+            handle.write(Data("lost".utf8))
+            SecureFileTesting.faultInjector = { $0 == .pwrite ? .fail(EIO) : nil }
+        }
+        say("released")
     default:
         FileHandle.standardError.write(Data("unknown mode \(mode)\n".utf8))
         exit(2)

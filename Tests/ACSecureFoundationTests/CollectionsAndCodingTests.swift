@@ -22,54 +22,74 @@ final class CollectionsAndCodingTests: SecureFoundationTestCase {
         let dict = sampleDictionary()
         for atomic in [true, false] {
             let p = path("dict-\(atomic)")
-            try dict.write(toSecureFile: p, atomically: atomic)
-            let copy = try NSDictionary(contentsOfSecureFile: p)
+            try dict.write(toSecureFile: p, options: atomic ? .atomic : [])
+            let copy = try NSDictionary(contentsOfSecureFile: p, options: [])
             XCTAssertEqual(copy, dict)
             XCTAssertNil(rawBytes(p).range(of: Data("basketball".utf8)), "plaintext on disk")
+            // the Foundation-style forms
+            XCTAssertTrue(dict.write(toSecureFile: p + "-bool", atomically: atomic))
+            XCTAssertEqual(NSDictionary(contentsOfSecureFile: p + "-bool"), dict)
         }
         let url = URL(fileURLWithPath: path("dict-url"))
-        try dict.write(toSecureURL: url, atomically: true)
-        XCTAssertEqual(try NSDictionary(contentsOfSecureURL: url), dict)
-        let mutable = try NSMutableDictionary(contentsOfSecureFile: path("dict-true"))
+        try dict.write(toSecureURL: url, options: .atomic)
+        XCTAssertEqual(try NSDictionary(contentsOfSecureURL: url, options: []), dict)
+        XCTAssertTrue(dict.write(toSecureURL: URL(fileURLWithPath: path("dict-url2")), atomically: true))
+        XCTAssertEqual(NSDictionary(contentsOfSecureURL: URL(fileURLWithPath: path("dict-url2"))), dict)
+        let mutable = try NSMutableDictionary(contentsOfSecureFile: path("dict-true"), options: [])
         XCTAssertEqual(mutable, dict)
         mutable["added"] = "yes"
-        try mutable.write(toSecureFile: path("m"), atomically: true)
-        XCTAssertEqual(try NSMutableDictionary(contentsOfSecureURL: URL(fileURLWithPath: path("m")))["added"] as? String, "yes")
+        XCTAssertTrue(mutable.write(toSecureFile: path("m"), atomically: true))
+        XCTAssertEqual(NSMutableDictionary(contentsOfSecureURL: URL(fileURLWithPath: path("m")))?["added"] as? String, "yes")
+        let optionalMutable: NSMutableDictionary? = NSMutableDictionary(contentsOfSecureFile: path("m"))
+        optionalMutable?["again"] = 1
+        XCTAssertEqual(optionalMutable?.count, dict.count + 2, "the mutable class reads into a mutable dictionary")
         // the same property list the plain method writes
-        try dict.write(to: URL(fileURLWithPath: path("plain.plist")), atomically: true)
-        XCTAssertEqual(NSDictionary(contentsOfFile: path("plain.plist")), try NSDictionary(contentsOfSecureFile: path("dict-true")))
+        XCTAssertTrue(dict.write(to: URL(fileURLWithPath: path("plain.plist")), atomically: true))
+        let plain = try PropertyListSerialization.propertyList(from: Data(contentsOf: URL(fileURLWithPath: path("plain.plist"))), format: nil) as? NSDictionary
+        XCTAssertEqual(plain, NSDictionary(contentsOfSecureFile: path("dict-true")))
     }
 
     func testArrayRoundTrips() throws {
         let array = sampleArray()
-        try array.write(toSecureFile: path("arr"), atomically: true)
-        XCTAssertEqual(try NSArray(contentsOfSecureFile: path("arr")), array)
+        try array.write(toSecureFile: path("arr"), options: .atomic)
+        XCTAssertEqual(try NSArray(contentsOfSecureFile: path("arr"), options: []), array)
+        XCTAssertEqual(NSArray(contentsOfSecureFile: path("arr")), array)
         let url = URL(fileURLWithPath: path("arr-url"))
-        try array.write(toSecureURL: url, atomically: false)
-        XCTAssertEqual(try NSArray(contentsOfSecureURL: url), array)
-        let mutable = try NSMutableArray(contentsOfSecureFile: path("arr"))
+        XCTAssertTrue(array.write(toSecureURL: url, atomically: false))
+        XCTAssertEqual(try NSArray(contentsOfSecureURL: url, options: []), array)
+        XCTAssertEqual(NSArray(contentsOfSecureURL: url), array)
+        try array.write(toSecureURL: url, options: [])
+        let mutable = try NSMutableArray(contentsOfSecureFile: path("arr"), options: [])
         mutable.add("more")
-        try mutable.write(toSecureFile: path("arr2"), atomically: true)
-        XCTAssertEqual(try NSMutableArray(contentsOfSecureURL: URL(fileURLWithPath: path("arr2"))).lastObject as? String, "more")
+        XCTAssertTrue(mutable.write(toSecureFile: path("arr2"), atomically: true))
+        XCTAssertEqual(try NSMutableArray(contentsOfSecureURL: URL(fileURLWithPath: path("arr2")), options: []).lastObject as? String, "more")
+        XCTAssertEqual(NSMutableArray(contentsOfSecureFile: path("arr2"))?.lastObject as? String, "more")
     }
 
     func testCollectionErrors() throws {
-        try sampleArray().write(toSecureFile: path("arr"), atomically: true)
-        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSDictionary(contentsOfSecureFile: self.path("arr")) }
-        try sampleDictionary().write(toSecureFile: path("dict"), atomically: true)
-        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSArray(contentsOfSecureFile: self.path("dict")) }
+        try sampleArray().write(toSecureFile: path("arr"), options: .atomic)
+        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSDictionary(contentsOfSecureFile: self.path("arr"), options: []) }
+        XCTAssertNil(NSDictionary(contentsOfSecureFile: path("arr")))
+        try sampleDictionary().write(toSecureFile: path("dict"), options: .atomic)
+        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSArray(contentsOfSecureFile: self.path("dict"), options: []) }
+        XCTAssertNil(NSArray(contentsOfSecureFile: path("dict")))
         try Data("not a plist".utf8).write(toSecureFile: path("junk"))
-        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSMutableArray(contentsOfSecureFile: self.path("junk")) }
+        assertError(NSCocoaErrorDomain, CocoaError.propertyListReadCorrupt.rawValue) { _ = try NSMutableArray(contentsOfSecureFile: self.path("junk"), options: []) }
         assertError(NSCocoaErrorDomain, CocoaError.propertyListWriteInvalid.rawValue) {
-            try (["key": NSObject()] as NSDictionary).write(toSecureFile: self.path("bad"), atomically: true)
+            try (["key": NSObject()] as NSDictionary).write(toSecureFile: self.path("bad"), options: .atomic)
         }
+        XCTAssertFalse((["key": NSObject()] as NSDictionary).write(toSecureFile: path("bad"), atomically: true))
         XCTAssertFalse(FileManager.default.fileExists(atPath: path("bad")))
-        assertError(NSPOSIXErrorDomain, Int(ENOENT)) { _ = try NSMutableDictionary(contentsOfSecureFile: self.path("none")) }
-        assertError(ACErrorDomain, ACErrorRegularFileOnly) { _ = try NSArray(contentsOfSecureURL: URL(string: "https://example.com/a")!) }
-        assertError(ACErrorDomain, ACErrorRegularFileOnly) { try self.sampleArray().write(toSecureURL: URL(string: "https://example.com/a")!, atomically: true) }
+        assertError(NSPOSIXErrorDomain, Int(ENOENT)) { _ = try NSMutableDictionary(contentsOfSecureFile: self.path("none"), options: []) }
+        XCTAssertNil(NSMutableDictionary(contentsOfSecureFile: path("none")))
+        assertError(ACErrorDomain, ACErrorRegularFileOnly) { _ = try NSArray(contentsOfSecureURL: URL(string: "https://example.com/a")!, options: []) }
+        assertError(ACErrorDomain, ACErrorRegularFileOnly) { try self.sampleArray().write(toSecureURL: URL(string: "https://example.com/a")!, options: .atomic) }
+        XCTAssertFalse(sampleArray().write(toSecureURL: URL(string: "https://example.com/a")!, atomically: true))
         services.lock()
-        assertError(ACErrorDomain, ACErrorNoKeys) { try self.sampleDictionary().write(toSecureFile: self.path("dict"), atomically: true) }
-        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try NSArray(contentsOfSecureFile: self.path("arr")) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { try self.sampleDictionary().write(toSecureFile: self.path("dict"), options: .atomic) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try NSArray(contentsOfSecureFile: self.path("arr"), options: []) }
+        XCTAssertFalse(sampleDictionary().write(toSecureFile: path("dict"), atomically: true))
+        XCTAssertNil(NSArray(contentsOfSecureFile: path("arr")))
     }
 
     // MARK: tables 26–27
@@ -79,14 +99,16 @@ final class CollectionsAndCodingTests: SecureFoundationTestCase {
         let dict = NSMutableDictionary()
         dict["baseball"] = "white"
         dict["basketball"] = "orange"
-        try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: path("archive"))
-        let copy = try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("archive")) as? NSDictionary
+        XCTAssertTrue(NSKeyedArchiver.archiveRootObject(dict, toSecureFile: path("archive")))
+        let copy = NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("archive")) as? NSDictionary
         XCTAssertEqual(copy, dict)
         XCTAssertNil(rawBytes(path("archive")).range(of: Data("basketball".utf8)))
+        try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: path("archive-t"), options: .atomic)
+        XCTAssertEqual(try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("archive-t"), options: []) as? NSDictionary, dict)
 
         let array = sampleArray()
         try NSKeyedArchiver.archiveRootObject(array, toSecureFile: path("archive2"), atomically: false)
-        XCTAssertEqual(try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("archive2")) as? NSArray, array)
+        XCTAssertEqual(try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("archive2"), options: []) as? NSArray, array)
 
         // the NSSecureCoding path
         try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: path("archive3"), atomically: true, requiringSecureCoding: true)
@@ -98,13 +120,17 @@ final class CollectionsAndCodingTests: SecureFoundationTestCase {
         }
 
         try Data("not an archive".utf8).write(toSecureFile: path("junk"))
-        XCTAssertThrowsError(try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("junk")))
+        XCTAssertThrowsError(try NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("junk"), options: []))
+        XCTAssertNil(NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("junk")))
         var raw = rawBytes(path("archive"))
         raw[200] ^= 1
         try raw.write(to: URL(fileURLWithPath: path("tampered")))
-        assertError(ACErrorDomain, ACErrorBadKeyOrCorruptData) { _ = try NSKeyedUnarchiver.unarchiveObject(withSecureFile: self.path("tampered")) }
+        assertError(ACErrorDomain, ACErrorBadKeyOrCorruptData) { _ = try NSKeyedUnarchiver.unarchiveObject(withSecureFile: self.path("tampered"), options: []) }
+        XCTAssertNil(NSKeyedUnarchiver.unarchiveObject(withSecureFile: path("tampered")))
         services.lock()
-        assertError(ACErrorDomain, ACErrorNoKeys) { try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: self.path("archive")) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: self.path("archive"), options: .atomic) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { try NSKeyedArchiver.archiveRootObject(dict, toSecureFile: self.path("archive"), atomically: true) }
+        XCTAssertFalse(NSKeyedArchiver.archiveRootObject(dict, toSecureFile: path("archive")))
     }
 
     // MARK: Codable

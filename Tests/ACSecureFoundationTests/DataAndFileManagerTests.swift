@@ -59,11 +59,18 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         XCTAssertTrue(Data("bool".utf8).write(toSecureFile: path("b"), atomically: true))
         XCTAssertEqual(try Data(contentsOfSecureFile: path("b")), Data("bool".utf8))
         XCTAssertTrue(Data("bool url".utf8).write(toSecureURL: url, atomically: false))
-        XCTAssertEqual(try NSData(contentsOfSecureURL: url) as Data, Data("bool url".utf8))
+        XCTAssertEqual(NSData(contentsOfSecureURL: url) as Data?, Data("bool url".utf8))
+        XCTAssertEqual(try NSData(contentsOfSecureURL: url, options: []) as Data, Data("bool url".utf8))
+        XCTAssertNil(NSData(contentsOfSecureURL: URL(string: "https://example.com/x")!))
+        XCTAssertNil(NSData(contentsOfSecureFile: path("missing")), "NSData's plain initializer is failable")
         XCTAssertFalse(Data("x".utf8).write(toSecureFile: path("missing-dir/x"), atomically: true))
         XCTAssertFalse(Data("x".utf8).write(toSecureURL: URL(string: "https://example.com/x")!, atomically: true))
         try (Data("nsdata".utf8) as NSData).write(toSecureFile: path("n"), options: [])
-        XCTAssertEqual(try NSData(contentsOfSecureFile: path("n")) as Data, Data("nsdata".utf8))
+        XCTAssertEqual(NSData(contentsOfSecureFile: path("n")) as Data?, Data("nsdata".utf8))
+        XCTAssertEqual(try NSData(contentsOfSecureFile: path("n"), options: []) as Data, Data("nsdata".utf8))
+        XCTAssertTrue((Data("nsdata2".utf8) as NSData).write(toSecureFile: path("n2"), atomically: true))
+        XCTAssertTrue((Data("nsdata3".utf8) as NSData).write(toSecureURL: URL(fileURLWithPath: path("n3")), atomically: false))
+        XCTAssertEqual(try Data(contentsOfSecureFile: path("n3")), Data("nsdata3".utf8))
     }
 
     func testSharedVariantsUseTheGroupKey() throws {
@@ -78,7 +85,13 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         try Data("g".utf8).write(toSecureURL: url, encryptionGroupId: "g1")
         XCTAssertEqual(try Data(contentsOfSecureURL: url, encryptionGroupId: "g1"), Data("g".utf8))
         XCTAssertTrue(Data("h".utf8).write(toSecureFile: path("s2"), encryptionGroupId: "g1", atomically: true))
-        XCTAssertEqual(try NSData(contentsOfSecureFile: path("s2"), encryptionGroupId: "g1") as Data, Data("h".utf8))
+        XCTAssertEqual(NSData(contentsOfSecureFile: path("s2"), encryptionGroupId: "g1") as Data?, Data("h".utf8))
+        XCTAssertEqual(try NSData(contentsOfSecureFile: path("s2"), encryptionGroupId: "g1", options: []) as Data, Data("h".utf8))
+        XCTAssertNil(NSData(contentsOfSecureFile: path("s2")), "another key")
+        XCTAssertTrue((Data("i".utf8) as NSData).write(toSecureURL: URL(fileURLWithPath: path("s3")), encryptionGroupId: "g1", atomically: true))
+        try (Data("j".utf8) as NSData).write(toSecureURL: URL(fileURLWithPath: path("s4")), encryptionGroupId: "g1", options: .atomic)
+        XCTAssertEqual(NSData(contentsOfSecureURL: URL(fileURLWithPath: path("s3")), encryptionGroupId: "g1") as Data?, Data("i".utf8))
+        XCTAssertEqual(try NSData(contentsOfSecureURL: URL(fileURLWithPath: path("s4")), encryptionGroupId: "g1", options: []) as Data, Data("j".utf8))
     }
 
     // MARK: the reference's Swift example ("NSError objects that secure Objective-C methods return")
@@ -130,14 +143,55 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         assertError(ACErrorDomain, ACErrorNoKeys) { _ = try Data(contentsOfSecureFile: p) }
         assertError(ACErrorDomain, ACErrorNoKeys) { try Data("x".utf8).write(toSecureFile: p) }
         assertError(ACErrorDomain, ACErrorNoKeys) { try Data("x".utf8).write(toSecureFile: p, options: .atomic) }
-        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try FileManager.default.secureContents(atPath: p) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try FileManager.default.secureContents(atPath: p, options: []) }
+        XCTAssertNil(FileManager.default.secureContents(atPath: p))
+        XCTAssertFalse(FileManager.default.createSecureFile(atPath: p, contents: Data("x".utf8)))
         assertError(ACErrorDomain, ACErrorNoKeys) { try FileManager.default.moveSecureFile(atPath: p, toPath: self.path("g")) }
         assertError(ACErrorDomain, ACErrorNoKeys) { try FileManager.default.copySecureFile(atPath: p, toPath: self.path("g")) }
         assertError(ACErrorDomain, ACErrorNoKeys) { _ = try FileManager.default.attributesOfSecureFile(atPath: p) }
-        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try NSDictionary(contentsOfSecureFile: p) }
+        assertError(ACErrorDomain, ACErrorNoKeys) { _ = try NSDictionary(contentsOfSecureFile: p, options: []) }
         assertError(ACErrorDomain, ACErrorNoKeys) { _ = try ACFileHandle.fileHandleForReading(atPath: p) }
         try services.unlock(passcode: nil)
         XCTAssertEqual(try Data(contentsOfSecureFile: p), Data("contents".utf8), "a refused write changed the file")
+    }
+
+    // MARK: close failures are reported, never dropped
+
+    func testCloseFailuresAreReported() throws {
+        let p = path("f")
+        try Data("contents".utf8).write(toSecureFile: p)
+        let handle = try XCTUnwrap(ACFileHandle(forReadingAtPath: p))
+        SecureFileTesting.faultInjector = { $0 == .close ? .fail(EIO) : nil }
+        defer { SecureFileTesting.faultInjector = nil }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try Data(contentsOfSecureFile: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try FileManager.default.attributesOfSecureFile(atPath: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { _ = try FileManager.default.secureContentsEqual(atPath: p, andPath: p) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try FileManager.default.copySecureFile(atPath: p, toPath: self.path("copy")) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try Data("x".utf8).write(toSecureFile: self.path("new"), options: .atomic) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try Data("x".utf8).write(toSecureFile: self.path("new2")) }
+        assertError(NSPOSIXErrorDomain, Int(EIO)) { try handle.close() }
+        XCTAssertNil(FileManager.default.secureContents(atPath: p), "the Foundation-style form reports a failed close as nil")
+        XCTAssertEqual(directoryEntries().filter { $0.contains("acsecure-tmp") }, [], "a failed write left a temporary file")
+
+        SecureFileTesting.faultInjector = nil
+        XCTAssertEqual(try Data(contentsOfSecureFile: p), Data("contents".utf8))
+    }
+
+    /// A read that fails, then a close that fails: the first error is reported, with the second.
+    func testAFailedCloseAfterAFailedReadIsAddedToTheError() async throws {
+        let p = path("big")
+        try Data(repeating: 9, count: 200_000).write(toSecureFile: p)
+        var chunks = SecureFileChunks(path: p, chunkSize: 50_000).makeAsyncIterator()
+        let first = try await chunks.next()
+        XCTAssertEqual(first?.count, 50_000)
+        SecureFileTesting.faultInjector = { $0 == .close || $0 == .pread ? .fail(EIO) : nil }
+        defer { SecureFileTesting.faultInjector = nil }
+        do {
+            _ = try await chunks.next()
+            XCTFail("the read did not fail")
+        } catch {
+            XCTAssertTrue(error.localizedDescription.contains("closing \(p) afterwards also failed"), error.localizedDescription)
+        }
     }
 
     // MARK: FileManager (table 23)
@@ -146,31 +200,33 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         let fm = FileManager.default
         let p = path("created")
         let contents = Data(repeating: 7, count: 10_000)
-        try fm.createSecureFile(atPath: p, contents: contents, attributes: [.posixPermissions: 0o600])
-        XCTAssertEqual(try fm.secureContents(atPath: p), contents)
+        try fm.createSecureFile(atPath: p, contents: contents, attributes: [.posixPermissions: 0o600], options: .atomic)
+        XCTAssertEqual(fm.secureContents(atPath: p), contents)
         let attributes = try fm.attributesOfSecureFile(atPath: p)
         XCTAssertEqual((attributes[.size] as? NSNumber)?.int64Value, 10_000)
         XCTAssertEqual((attributes[.posixPermissions] as? NSNumber)?.intValue, 0o600)
         XCTAssertGreaterThan(((try fm.attributesOfItem(atPath: p))[.size] as? NSNumber)?.int64Value ?? 0, 10_000,
                              "the plain attributes show the larger ciphertext")
-        try fm.createSecureFile(atPath: path("empty"), contents: nil)
-        XCTAssertEqual(try fm.secureContents(atPath: path("empty")), Data())
+        XCTAssertTrue(fm.createSecureFile(atPath: path("empty"), contents: nil))
+        XCTAssertFalse(fm.createSecureFile(atPath: path("no-dir/x"), contents: nil))
+        assertError(NSPOSIXErrorDomain, Int(EEXIST)) { try fm.createSecureFile(atPath: p, contents: nil, options: .withoutOverwriting) }
+        XCTAssertEqual(try fm.secureContents(atPath: path("empty"), options: []), Data())
         XCTAssertEqual((try fm.attributesOfSecureFile(atPath: path("empty"))[.size] as? NSNumber)?.int64Value, 0)
     }
 
     func testMoveSecureFile() throws {
         let fm = FileManager.default
-        try fm.createSecureFile(atPath: path("a"), contents: Data("moving".utf8))
+        try fm.createSecureFile(atPath: path("a"), contents: Data("moving".utf8), options: .atomic)
         let idBefore = try SecureFileSystem.info(path("a")).fileID
         try fm.moveSecureFile(atPath: path("a"), toPath: path("b"))
         XCTAssertFalse(fm.fileExists(atPath: path("a")))
-        XCTAssertEqual(try fm.secureContents(atPath: path("b")), Data("moving".utf8))
+        XCTAssertEqual(try fm.secureContents(atPath: path("b"), options: []), Data("moving".utf8))
         XCTAssertEqual(try SecureFileSystem.info(path("b")).fileID, idBefore, "a move does not re-encrypt")
         try fm.moveSecureFile(at: URL(fileURLWithPath: path("b")), to: URL(fileURLWithPath: path("c")))
-        XCTAssertEqual(try fm.secureContents(atPath: path("c")), Data("moving".utf8))
-        try fm.createSecureFile(atPath: path("d"), contents: Data("other".utf8))
+        XCTAssertEqual(try fm.secureContents(atPath: path("c"), options: []), Data("moving".utf8))
+        XCTAssertTrue(fm.createSecureFile(atPath: path("d"), contents: Data("other".utf8)))
         assertError(NSPOSIXErrorDomain, Int(EEXIST)) { try fm.moveSecureFile(atPath: self.path("c"), toPath: self.path("d")) }
-        XCTAssertEqual(try fm.secureContents(atPath: path("d")), Data("other".utf8))
+        XCTAssertEqual(try fm.secureContents(atPath: path("d"), options: []), Data("other".utf8))
         assertError(NSPOSIXErrorDomain, Int(ENOENT)) { try fm.moveSecureFile(atPath: self.path("zz"), toPath: self.path("yy")) }
         assertError(ACErrorDomain, ACErrorRegularFileOnly) {
             try fm.moveSecureFile(at: URL(string: "https://example.com/c")!, to: URL(fileURLWithPath: self.path("e")))
@@ -189,14 +245,14 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         let fm = FileManager.default
         var rng = SplitMix64(seed: 23)
         let contents = randomData(300_000, &rng)
-        try fm.createSecureFile(atPath: path("src"), contents: contents)
+        try fm.createSecureFile(atPath: path("src"), contents: contents, options: [])
         try fm.copySecureFile(atPath: path("src"), toPath: path("dst"))
-        XCTAssertEqual(try fm.secureContents(atPath: path("dst")), contents)
+        XCTAssertEqual(try fm.secureContents(atPath: path("dst"), options: []), contents)
         XCTAssertNotEqual(try SecureFileSystem.info(path("src")).fileID, try SecureFileSystem.info(path("dst")).fileID)
         XCTAssertNotEqual(rawBytes(path("src")).suffix(1000), rawBytes(path("dst")).suffix(1000), "a copy must not be a byte copy")
         XCTAssertTrue(try fm.secureContentsEqual(atPath: path("src"), andPath: path("dst")))
         try fm.copySecureFile(at: URL(fileURLWithPath: path("src")), to: URL(fileURLWithPath: path("dst2")))
-        XCTAssertEqual(try fm.secureContents(atPath: path("dst2")), contents)
+        XCTAssertEqual(try fm.secureContents(atPath: path("dst2"), options: []), contents)
         assertError(NSPOSIXErrorDomain, Int(EEXIST)) { try fm.copySecureFile(atPath: self.path("src"), toPath: self.path("dst")) }
         try Data("g".utf8).write(toSecureFile: path("g"), encryptionGroupId: "grp")
         try fm.copySecureFile(atPath: path("g"), toPath: path("g-copy"), encryptionGroupId: "grp")
