@@ -127,7 +127,8 @@ do {
         do {
             let handle = ACFileHandle(forWritingAtPath: path)!
             handle.write(Data("lost".utf8))
-            SecureFileTesting.faultInjector = { $0 == .pwrite ? .fail(EIO) : nil }
+            // Writes are in the file when they return (write-through): the close is what fails.
+            SecureFileTesting.faultInjector = { $0 == .close ? .fail(EIO) : nil }
         }
         say("released")
     default:
