@@ -18,7 +18,10 @@ public enum Comparison {
 
     /// Entry point of both drivers. `engine` is the engine's backend and `engineLabel` says which
     /// API drives it; `startServices` starts secure services on a store in the given directory.
-    public static func main(engine: IOBackend, engineLabel: String, startServices: (String) throws -> Void) {
+    /// `variants`: the engine opened in other modes ("engine-wb": write-back buffering,
+    /// "engine-mp": coordinated multi-process mode), measured where their targets are.
+    public static func main(engine: IOBackend, engineLabel: String, variants: [String: IOBackend] = [:],
+                            startServices: (String) throws -> Void) {
         let args = Array(CommandLine.arguments.dropFirst())
         do {
             if args.first == "--stream-child" {
@@ -47,7 +50,7 @@ public enum Comparison {
                 }
                 i += 1
             }
-            try run(o, engine: engine, engineLabel: engineLabel, startServices: startServices)
+            try run(o, engine: engine, engineLabel: engineLabel, variants: variants, startServices: startServices)
         } catch {
             log("\(error)")
             exit(1)
@@ -56,12 +59,16 @@ public enum Comparison {
 
     struct UsageError: Error, CustomStringConvertible { var description: String }
 
-    static func run(_ o: Options, engine: IOBackend, engineLabel: String, startServices: (String) throws -> Void) throws {
+    static func run(_ o: Options, engine: IOBackend, engineLabel: String, variants: [String: IOBackend],
+                    startServices: (String) throws -> Void) throws {
         for sub in ["plain", "engine", "store"] { makeDirectories(o.directory + "/" + sub) }
         try startServices(o.directory + "/store")
         var contenders = [Contender(name: "plain", backend: .posix, directory: o.directory + "/plain"),
                           Contender(name: "engine", backend: engine, directory: o.directory + "/engine")]
         if let g = o.gocryptfs { contenders.append(Contender(name: "gocryptfs", backend: .posix, directory: g)) }
+        // The engine in its other modes, on the engine's files: only where a target names them.
+        let writeBack = variants["engine-wb"].map { Contender(name: "engine-wb", backend: $0, directory: o.directory + "/engine") }
+        let coordinated = variants["engine-mp"].map { Contender(name: "engine-mp", backend: $0, directory: o.directory + "/engine") }
         let w = Workloads(fileSize: o.fileSize, minSeconds: o.minSeconds)
         var results = Results()
 
@@ -82,10 +89,17 @@ public enum Comparison {
             for (size, label) in sizes {
                 for c in contenders { results.add("seqread \(label)", c.name, try w.sequentialRead(c, "data", callSize: size)) }
             }
-            for c in contenders { results.add("randread 4 KiB", c.name, try w.randomRead(c, "data")) }
-            for c in contenders { results.add("randwrite 4 KiB", c.name, try w.randomWrite(c, "data")) }
+            for c in contenders + [coordinated].compactMap({ $0 }) { results.add("randread 4 KiB", c.name, try w.randomRead(c, "data")) }
+            for c in contenders + [coordinated].compactMap({ $0 }) { results.add("randwrite 4 KiB", c.name, try w.randomWrite(c, "data")) }
             for size in [100, 512] {
-                for c in contenders { results.add("append \(size) B", c.name, try w.smallWrites(c, "log", callSize: size)) }
+                for c in contenders + [writeBack].compactMap({ $0 }) {
+                    results.add("append \(size) B", c.name, try w.smallWrites(c, "log", callSize: size))
+                }
+            }
+            for c in contenders.prefix(2) where c.backend.fsync != nil {
+                // Three durability calls per sample, averaged: one fsync is too noisy alone.
+                let rates = try (0..<3).map { _ in try w.fsyncAfterWriting(c, "sync", dirtyBytes: min(o.fileSize, 8 << 20)) }
+                results.add("fsync 8 MiB", c.name, Double(rates.count) / rates.map { 1 / $0 }.reduce(0, +))
             }
             for bytes in [4096, 65536] {
                 results.add("openssl \(bytes)", "openssl", try opensslSpeed(bytes: bytes, seconds: o.opensslSeconds))
@@ -104,7 +118,8 @@ public enum Comparison {
         for c in contenders.prefix(2) {
             results.peakRSS[c.name] = try streamPeakRSS(c.name, o)
         }
-        let report = Report(results: results, options: o, engineLabel: engineLabel, hasGocryptfs: o.gocryptfs != nil)
+        let report = Report(results: results, options: o, engineLabel: engineLabel, hasGocryptfs: o.gocryptfs != nil,
+                            variants: [writeBack, coordinated].compactMap { $0?.name })
         print(report.markdown())
         if let out = o.output {
             makeDirectories(out)

@@ -11,6 +11,7 @@ public struct IOBackend: @unchecked Sendable {
     public typealias Write = @convention(c) (Int32, UnsafeRawPointer?, Int) -> Int
     public typealias PRead = @convention(c) (Int32, UnsafeMutableRawPointer?, Int, off_t) -> Int
     public typealias PWrite = @convention(c) (Int32, UnsafeRawPointer?, Int, off_t) -> Int
+    public typealias Fsync = @convention(c) (Int32) -> Int32
 
     public var open: Open
     public var close: Close
@@ -18,14 +19,17 @@ public struct IOBackend: @unchecked Sendable {
     public var write: Write
     public var pread: PRead
     public var pwrite: PWrite
+    /// Makes written data durable (fsync(2), ACSecureFileFsync); nil where the API has none.
+    public var fsync: Fsync?
 
-    public init(open: Open, close: Close, read: Read, write: Write, pread: PRead, pwrite: PWrite) {
+    public init(open: Open, close: Close, read: Read, write: Write, pread: PRead, pwrite: PWrite, fsync: Fsync? = nil) {
         self.open = open
         self.close = close
         self.read = read
         self.write = write
         self.pread = pread
         self.pwrite = pwrite
+        self.fsync = fsync
     }
 
     /// Plain POSIX I/O (also used on the gocryptfs mount).
@@ -35,7 +39,8 @@ public struct IOBackend: @unchecked Sendable {
         read: { Glibc.read($0, $1, $2) },
         write: { Glibc.write($0, $1, $2) },
         pread: { Glibc.pread($0, $1, $2, $3) },
-        pwrite: { Glibc.pwrite($0, $1, $2, $3) })
+        pwrite: { Glibc.pwrite($0, $1, $2, $3) },
+        fsync: { Glibc.fsync($0) })
 }
 
 /// Where one contender keeps its files, and how it is reached.

@@ -159,4 +159,26 @@ struct Workloads {
         settleUntimed(path)
         return rate
     }
+
+    /// Writes `dirtyBytes` in 1 MiB calls to a new file (untimed), then times only the durability
+    /// call: fsync(2) for plain files, ACSecureFileFsync for the engine. Calls/s.
+    func fsyncAfterWriting(_ c: Contender, _ file: String, dirtyBytes: Int) throws -> Double {
+        let b = c.backend, path = c.path(file)
+        guard let sync = b.fsync else { throw WorkloadError("no fsync in this API for", path) }
+        removeUntimed(path)
+        let fd = b.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw WorkloadError("open", path) }
+        var done = 0
+        while done < dirtyBytes {
+            let n = min(1 << 20, dirtyBytes - done)
+            guard b.write(fd, source.baseAddress!, n) == n else { throw WorkloadError("write", path) }
+            done += n
+        }
+        let t0 = now()
+        guard sync(fd) == 0 else { throw WorkloadError("fsync", path) }
+        let dt = now() - t0
+        guard b.close(fd) == 0 else { throw WorkloadError("close", path) }
+        unlink(path)
+        return 1 / dt
+    }
 }

@@ -39,6 +39,9 @@ let swiftAPI = IOBackend(
     },
     pwrite: { fd, buf, n, off in
         do { return try files[Int(fd)]!.pwrite(UnsafeRawBufferPointer(start: buf, count: n), at: Int64(off)) } catch { return fail(error) }
+    },
+    fsync: { fd in
+        do { try files[Int(fd)]!.sync(); return 0 } catch { return Int32(fail(error)) }
     })
 
 Comparison.main(engine: swiftAPI, engineLabel: "the Swift API (SecureFile)") { store in
