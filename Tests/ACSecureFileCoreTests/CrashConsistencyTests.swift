@@ -111,7 +111,7 @@ final class CrashConsistencyTests: XCTestCase {
     static var childPath: String {
         var buf = [CChar](repeating: 0, count: 4096)
         let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        let exe = n > 0 ? String(cString: buf) : ""
+        let exe = n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
         var dir = exe
         while let slash = dir.lastIndex(of: "/"), !dir.isEmpty {
             dir = String(dir[..<slash])

@@ -13,7 +13,7 @@ final class MultiProcessWriterTests: XCTestCase {
     static var writerPath: String {
         var buf = [CChar](repeating: 0, count: 4096)
         let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        var dir = n > 0 ? String(cString: buf) : ""
+        var dir = n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
         while let slash = dir.lastIndex(of: "/") {
             dir = String(dir[..<slash])
             if access(dir + "/ACSecureMultiWriter", X_OK) == 0 { return dir + "/ACSecureMultiWriter" }
@@ -28,7 +28,7 @@ final class MultiProcessWriterTests: XCTestCase {
         var pids: [pid_t] = []
         for i in 0..<Self.writers {
             let args = [exe, store, file, String(i), String(Self.writers), String(Self.block), String(Self.rounds), mode]
-            var argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
+            let argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
             var env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
             var pid: pid_t = 0
             XCTAssertEqual(posix_spawn(&pid, exe, nil, nil, argv, &env), 0)

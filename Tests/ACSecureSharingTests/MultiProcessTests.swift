@@ -79,7 +79,7 @@ final class MultiProcessTests: XCTestCase {
         let provider = try env.services("com.example.provider")
         let block = try ACWrappedAppKey.getCryptoKeysForACFileEncryption(sharedGroupID: nil, services: provider)
         let blockPath = env.path("block")
-        FileManager.default.createFile(atPath: blockPath, contents: Data(referencing: block), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: blockPath, contents: Data(referencing: block), attributes: [.posixPermissions: 0o600])
         writePlain(env.path("src"), Array("for everyone".utf8))
         XCTAssertEqual(try TestHost.run(["wrap", blockPath, env.path("src"), env.path("w"), "-"]).stdout, "OK")
         for app in ["com.example.x", "com.example.y"] {

@@ -124,12 +124,12 @@ final class RekeyingTests: XCTestCase {
         try writeSecure(path, Array(repeating: 7, count: 10_000), services: a)
         let before = readPlain(path)
         let open = try SecureFile.open(path, flags: O_RDONLY, services: a)
-        do {
+        do throws(SecureFileError) {
             try SecureSharing.rotateDataKey(path, services: a)
             XCTFail("rotation of an open file must be refused")
-        } catch let e as SecureFileError {
-            XCTAssertEqual(e.errno, EBUSY)
-            XCTAssertTrue(e.message.contains(path))
+        } catch {
+            XCTAssertEqual(error.errno, EBUSY)
+            XCTAssertTrue(error.message.contains(path))
         }
         try open.close()
         XCTAssertEqual(aceCode { try SecureSharing.rotateDataKey(path, key: .group("g1"), services: a) }, .badKeyOrCorruptData)

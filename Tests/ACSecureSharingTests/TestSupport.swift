@@ -56,7 +56,7 @@ func readPlain(_ path: String) -> [UInt8] {
     guard let d = try? Data(contentsOf: URL(fileURLWithPath: path)) else { return [] }
     return [UInt8](unsafeUninitializedCapacity: d.count) { buf, n in n = d.copyBytes(to: buf) }
 }
-func writePlain(_ path: String, _ bytes: [UInt8]) { FileManager.default.createFile(atPath: path, contents: Data(bytes)) }
+func writePlain(_ path: String, _ bytes: [UInt8]) { precondition(FileManager.default.createFile(atPath: path, contents: Data(bytes)), "cannot create \(path)") }
 
 /// Writes a secure file.
 func writeSecure(_ path: String, _ bytes: [UInt8], key: KeySelection = .app, services: any KeyProvider) throws {
@@ -96,7 +96,7 @@ enum TestHost {
         var buf = [CChar](repeating: 0, count: 4096)
         let n = readlink("/proc/self/exe", &buf, buf.count - 1)
         guard n > 0 else { return nil }
-        var dir = String(cString: buf)
+        var dir = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         while let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
             dir = String(dir[..<slash])
             let candidate = dir + "/ACSecureSharingTestHost"
