@@ -40,7 +40,7 @@ final class CProgramTests: XCTestCase {
         process.environment = env
         let pipe = Pipe()
         if let stdoutFile {
-            FileManager.default.createFile(atPath: stdoutFile, contents: nil)
+            XCTAssertTrue(FileManager.default.createFile(atPath: stdoutFile, contents: nil), stdoutFile)
             process.standardOutput = FileHandle(forWritingAtPath: stdoutFile)
         } else {
             process.standardOutput = pipe

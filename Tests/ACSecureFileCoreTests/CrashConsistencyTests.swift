@@ -125,29 +125,8 @@ final class CrashConsistencyTests: XCTestCase {
     struct Child { var pid: pid_t; var out: Int32 }
 
     func spawnChild(store: String, file: String, seed: UInt64, operations: Int) throws -> Child {
-        let exe = Self.childPath
-        guard !exe.isEmpty else {
-            XCTFail("ACSecureCrashChild is not built next to the test bundle: run `swift build --build-tests` first")
-            throw XCTSkip("no child")
-        }
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(pipe(&fds), 0)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        let args: [String] = [exe, store, file, String(seed), String(operations)]
-        var argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) }
-        argv.append(nil)
-        defer { argv.forEach { free($0) } }
-        var env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
-        defer { env.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, exe, &actions, nil, argv, &env)
-        close(fds[1])
-        guard rc == 0 else { close(fds[0]); XCTFail("posix_spawn: \(rc)"); throw XCTSkip("spawn") }
-        return Child(pid: pid, out: fds[0])
+        let (pid, out) = try spawnCrashChild([store, file, String(seed), String(operations)])
+        return Child(pid: pid, out: out)
     }
 
     /// Reads lines from the child until `stop` says so (or end of output). Returns all lines read.
@@ -331,4 +310,29 @@ final class CrashConsistencyTests: XCTestCase {
         }
         print("CrashConsistency: \(killsSurvived)/\(iterations) SIGKILLs survived (\(killedMidOperation) with an operation in flight, \(syncsChecked) with synced data checked)")
     }
+}
+
+/// Starts Tests/ACSecureCrashChild with `args`; returns its pid and the read end of its stdout.
+func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
+    let exe = CrashConsistencyTests.childPath
+    guard !exe.isEmpty else {
+        XCTFail("ACSecureCrashChild is not built next to the test bundle: run `swift build --build-tests` first")
+        throw XCTSkip("no child")
+    }
+    var fds: [Int32] = [0, 0]
+    XCTAssertEqual(pipe(&fds), 0)
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+    posix_spawn_file_actions_addclose(&actions, fds[0])
+    let argv: [UnsafeMutablePointer<CChar>?] = ([exe] + args).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    let env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
+    defer { env.forEach { free($0) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, exe, &actions, nil, argv, env)
+    close(fds[1])
+    guard rc == 0 else { close(fds[0]); XCTFail("posix_spawn: \(rc)"); throw XCTSkip("spawn") }
+    return (pid, fds[0])
 }

@@ -20,31 +20,15 @@ final class WriteShapeCrashTests: XCTestCase {
     static let chunk = 4096
 
     func runChild(_ args: [String]) throws -> (lines: [String], killed: Bool) {
-        let exe = CrashConsistencyTests.childPath
-        guard !exe.isEmpty else { XCTFail("ACSecureCrashChild is not built"); throw XCTSkip("no child") }
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(pipe(&fds), 0)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        let argv: [UnsafeMutablePointer<CChar>?] = ([exe] + args).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        let env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
-        defer { env.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, exe, &actions, nil, argv, env)
-        close(fds[1])
-        guard rc == 0 else { close(fds[0]); XCTFail("posix_spawn: \(rc)"); throw XCTSkip("spawn") }
+        let (pid, fd) = try spawnCrashChild(args)
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 4096)
         while true {
-            let n = buf.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n <= 0 { break }
             out += buf[0..<n]
         }
-        close(fds[0])
+        close(fd)
         var status: Int32 = 0
         waitpid(pid, &status, 0)
         let killed = status & 0x7f == SIGKILL
@@ -116,16 +100,24 @@ final class WriteShapeCrashTests: XCTestCase {
         return problems
     }
 
+    /// Runs the shape uninterrupted (it leaves with _exit(0), without close); returns how many
+    /// system calls the operation made, or nil (with a failure recorded).
+    func uninterruptedCalls(_ s: Shape, _ env: TestEnvironment) throws -> Int? {
+        let full = try runChild(["shape", env.directory + "/store", env.path(s.name), s.name, "-1", "0"])
+        guard let done = full.lines.first(where: { $0.hasPrefix("C ") }), let calls = Int(done.dropFirst(2)) else {
+            XCTFail("\(s.name): the uninterrupted run did not complete: \(full.lines)")
+            return nil
+        }
+        return calls
+    }
+
     func testKillBeforeEverySystemCallOfEveryWriteShape() throws {
         let env = try TestEnvironment()
         var runs = 0
         for s in try shapes() {
             let path = env.path(s.name)
             // Uninterrupted, and left with _exit(0) without close: everything is in the file.
-            let full = try runChild(["shape", env.directory + "/store", path, s.name, "-1", "0"])
-            guard let done = full.lines.first(where: { $0.hasPrefix("C ") }), let calls = Int(done.dropFirst(2)) else {
-                XCTFail("\(s.name): the uninterrupted run did not complete: \(full.lines)"); continue
-            }
+            guard let calls = try uninterruptedCalls(s, env) else { continue }
             let (_, new, _) = states(s)
             let after = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
             XCTAssertEqual(try after.readAll(), new, "\(s.name): a write that returned is in the file after _exit without close")
@@ -146,10 +138,7 @@ final class WriteShapeCrashTests: XCTestCase {
         var tears = 0
         for s in try shapes() {
             let path = env.path(s.name)
-            let full = try runChild(["shape", env.directory + "/store", path, s.name, "-1", "0"])
-            guard let done = full.lines.first(where: { $0.hasPrefix("C ") }), let calls = Int(done.dropFirst(2)) else {
-                XCTFail("\(s.name): the uninterrupted run did not complete: \(full.lines)"); continue
-            }
+            guard let calls = try uninterruptedCalls(s, env) else { continue }
             for killAt in 0..<calls {
                 var sectors = 1
                 while sectors < 64 {
