@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 import ACCrypto
 import ACSecureServices
 
@@ -14,11 +13,11 @@ import ACSecureServices
 /// for that load alone, and opens and closes of other files go on meanwhile.
 enum OpenFiles {
     private struct Key: Hashable { var identity: SharedFile.Identity; var services: ObjectIdentifier }
-    private static let table = Mutex<[Key: SharedFile]>([:])
+    private static let table = LockedValue<[Key: SharedFile]>([:])
     /// Providers whose lock handler is installed. Weak, and compared by identity: an address can be
     /// reused by a new provider once the old one is gone.
     private final class WeakProvider: @unchecked Sendable { weak var value: (any KeyProvider)?; init(_ v: any KeyProvider) { value = v } }
-    private static let servicesWithHandler = Mutex<[ObjectIdentifier: WeakProvider]>([:])
+    private static let servicesWithHandler = LockedValue<[ObjectIdentifier: WeakProvider]>([:])
 
     struct Request {
         var identity: SharedFile.Identity

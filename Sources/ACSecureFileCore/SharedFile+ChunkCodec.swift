@@ -128,3 +128,15 @@ final class PThreadMutex: @unchecked Sendable {
         return try body()
     }
 }
+
+/// A value guarded by a `PThreadMutex`: the engine's one lock type, which ThreadSanitizer understands
+/// (it does not see `Synchronization.Mutex` on Linux).
+final class LockedValue<Value>: @unchecked Sendable {
+    private let mutex = PThreadMutex()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
+        mutex.lock(); defer { mutex.unlock() }
+        return try body(&value)
+    }
+}
