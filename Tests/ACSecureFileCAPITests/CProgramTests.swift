@@ -79,6 +79,16 @@ final class CProgramTests: XCTestCase {
         XCTAssertTrue(output.contains(" 0 failed"), output)
     }
 
+    /// ACSecureHardenProcess in a process of its own (Tests/CDifferential/harden.c reads the core
+    /// limit and the dumpable flag back from the kernel).
+    func testHardenProcessProgram() throws {
+        let dir = try temporaryDirectory()
+        let exe = try build("Tests/CDifferential/harden.c", dir + "/harden")
+        let (status, output) = try run(exe, [])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(output.contains("after: core limit 0/0, dumpable 0"), output)
+    }
+
     func testDifferentialProgram() throws {
         let dir = try temporaryDirectory()
         let exe = try build("Tests/CDifferential/differential.c", dir + "/differential")
