@@ -179,10 +179,12 @@ struct SeedStore {
     /// belong to this user; group and other access to it is removed, since the store is created
     /// now and nothing in it is trusted yet (an existing store is refused instead, in `load`).
     func makeDirectory() throws(SecureServicesError) {
-        var path = ""
-        for part in directory.split(separator: "/", omittingEmptySubsequences: true) {
+        // Relative store directories stay relative (to the working directory).
+        var path = directory.hasPrefix("/") ? "" : "."
+        let parts = directory.split(separator: "/", omittingEmptySubsequences: true)
+        for (i, part) in parts.enumerated() {
             path += "/" + part
-            if mkdir(path, path == normalizedDirectory ? 0o700 : 0o755) != 0 && errno != EEXIST {
+            if mkdir(path, i == parts.count - 1 ? 0o700 : 0o755) != 0 && errno != EEXIST {
                 throw SecureServicesError(.storeIO, "cannot create \(path): \(String(cString: strerror(errno)))", errno: errno)
             }
         }
@@ -196,10 +198,6 @@ struct SeedStore {
             }
         }
         try Self.checkPrivate(st, directory, what: "store directory", type: S_IFDIR, repair: "chmod 700")
-    }
-
-    private var normalizedDirectory: String {
-        "/" + directory.split(separator: "/", omittingEmptySubsequences: true).joined(separator: "/")
     }
 
     /// Overwrites with zeros and removes every seed-related file — `seed` and any `seed.tmp.*` an

@@ -168,6 +168,19 @@ final class StoreAttackTests: SecureServicesTestCase {
         XCTAssertEqual(fileMode(seedPath), 0o600)
     }
 
+    /// A relative store directory is created relative to the working directory, private.
+    func testRelativeStoreDirectory() throws {
+        let saved = FileManager.default.currentDirectoryPath
+        XCTAssertEqual(chdir(root), 0)
+        defer { _ = chdir(saved) }
+        let services = try SecureServices(appID: "com.example.app", storeDirectory: "relative/store", argonCost: .minimum)
+        XCTAssertEqual(services.availability, .available)
+        XCTAssertEqual(fileMode(root + "/relative/store"), 0o700)
+        XCTAssertEqual(fileMode(root + "/relative/store/seed"), 0o600)
+        try services.retire()
+        XCTAssertNil(fileMode(root + "/relative/store"))
+    }
+
     /// `seed.tmp.<pid>` planted as a symbolic link to a file of the user's: re-sealing the seed
     /// must neither write through the link nor rename it over the seed.
     func testTemporarySeedFileIsNotFollowed() throws {
