@@ -19,8 +19,10 @@ let package = Package(
 
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
         .target(name: "ACCrypto", dependencies: ["CLibCrypto", "CSodium"]),
-        // The store, the seed, lock/unlock/retire and key derivation.
-        .target(name: "ACSecureServices", dependencies: ["ACCrypto"]),
+        // The store, the seed, lock/unlock/retire, key derivation and process hardening.
+        .target(name: "ACSecureServices", dependencies: ["ACCrypto", "CACSecureLinux"]),
+        // prctl for ProcessHardening (Swift cannot call C varargs).
+        .target(name: "CACSecureLinux"),
         // The chunked file format and the POSIX-semantics engine.
         .target(name: "ACSecureFileCore", dependencies: ["ACCrypto", "ACSecureServices"]),
 

@@ -8,8 +8,9 @@
 #       Tests/CDifferential/wrapped.c (an extension process without secure services wraps a file,
 #       the host app opens it: ACSecureSharing.h),
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
-#       2000 sequences of 60 operations), and Examples/c (secure-copy, securecat) with secure
-#       services started from the environment only.
+#       2000 sequences of 60 operations), Tests/CDifferential/harden.c (ACSecureHardenProcess),
+#       and Examples/c (secure-copy, securecat) with secure services started from the environment
+#       only (the store created with ACSECURE_CREATE_STORE=1).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
@@ -35,6 +36,7 @@ build() { # build OUTPUT SOURCE
 build differential "$root/Tests/CDifferential/differential.c"
 build ace_codes "$root/Tests/CDifferential/ace_codes.c"
 build wrapped "$root/Tests/CDifferential/wrapped.c"
+build harden "$root/Tests/CDifferential/harden.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
 
@@ -43,13 +45,19 @@ unset LD_LIBRARY_PATH
 
 status=0
 "$work/ace_codes" "$work/ace" || status=1
+"$work/harden" || status=1
 mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1
 "$work/differential" "$seed" "$sequences" "$operations" "$work/differential-files" || status=1
 
-# Examples, with secure services started from the environment (no ACSecureServices* call).
+# Examples, with secure services started from the environment (no ACSecureServices* call). A file
+# call creates no store: the first run asks for one explicitly with ACSECURE_CREATE_STORE=1.
 export ACSECURE_HOME="$work/example-store" ACSECURE_APP_ID="test-c-examples"
 head -c 1000003 /dev/urandom >"$work/plain.bin"
-"$work/secure-copy" "$work/plain.bin" "$work/secure.bin"
+if "$work/secure-copy" "$work/plain.bin" "$work/secure.bin" 2>/dev/null || [ -e "$ACSECURE_HOME" ]; then
+    echo "examples: FAIL: a file call created a store without ACSECURE_CREATE_STORE=1" >&2
+    status=1
+fi
+ACSECURE_CREATE_STORE=1 "$work/secure-copy" "$work/plain.bin" "$work/secure.bin"
 "$work/securecat" "$work/secure.bin" >"$work/roundtrip.bin"
 if cmp -s "$work/plain.bin" "$work/roundtrip.bin"; then
     echo "examples: secure-copy | securecat round trip of 1000003 bytes OK"

@@ -7,16 +7,31 @@
  * fails with EACCES / ACE_NO_KEYS_ERROR.
  *
  * Starting
- *   A program may call ACSecureServicesStart once at startup. If it does not, the first
- *   ACSecureFile* or ACSecureServices* call starts services from the environment:
- *     ACSECURE_APP_ID    the app ID (default "default"); files are keyed by it;
+ *   A program calls ACSecureServicesStart (or ACSecureServicesStartWithOptions) once at startup
+ *   with its app ID: that explicit call creates the store if it is missing. If it does not, the
+ *   first ACSecureFile* or ACSecureServices* call starts services from the environment, but only
+ *   when the environment names the app; nothing creates a store or invents an app ID as a side
+ *   effect of a file call:
+ *     ACSECURE_APP_ID    the app ID; files are keyed by it. Required: without it (and without
+ *                        ACSecureServicesStart) file calls fail with EACCES / ACE_NO_KEYS_ERROR;
  *     ACSECURE_HOME      the store directory (default $XDG_DATA_HOME/acsecure, else
  *                        ~/.local/share/acsecure);
- *     ACSECURE_PASSCODE  if set, unlocks a passcode-protected store (or protects a new one).
+ *     ACSECURE_CREATE_STORE=1
+ *                        create the store when it is missing (otherwise a missing store fails with
+ *                        EACCES / ACE_NO_KEYS_ERROR: create it with `acsecure init` or
+ *                        ACSecureServicesStart);
+ *     ACSECURE_REQUIRE_PROTECTED_STORE=1
+ *                        refuse a store whose seed is not sealed under a passcode (EACCES /
+ *                        ACE_NO_KEYS_ERROR), as ACSECURESERVICESSTART_REQUIRE_PROTECTED_STORE;
+ *     ACSECURE_PASSCODE  if set and not empty, unlocks a passcode-protected store (or protects a
+ *                        new one), and implies ACSECURE_REQUIRE_PROTECTED_STORE=1: a planted
+ *                        unprotected seed is refused.
  *                        This variable is meant for tests and CI only, NOT for production:
  *                        the environment of a process is readable by other processes of the
  *                        same user and ends up in crash reports. Real programs ask the user and
  *                        call ACSecureServicesUnlock.
+ *   The store directory and its seed must belong to the user and be inaccessible to group and
+ *   others (0700 and 0600, as created); otherwise starting fails with EACCES.
  *
  * Return values
  *   The int functions return 0 on success and -1 on failure with errno:
@@ -47,19 +62,62 @@ typedef enum ACSecureServicesAvailability {
 
 /**
  * Starts secure services for appID on the store in storeDirectory and makes them the services
- * every later call uses. NULL for appID means $ACSECURE_APP_ID (else "default"); NULL for
- * storeDirectory means $ACSECURE_HOME (else the default above). A new store is created unlocked
- * (protected by $ACSECURE_PASSCODE when set); an existing store without a passcode is unlocked;
- * a store with a passcode stays unavailable until ACSecureServicesUnlock (or is unlocked with
- * $ACSECURE_PASSCODE when set).
+ * every later call uses. NULL for appID means $ACSECURE_APP_ID (no app ID is invented: EINVAL when
+ * it is not set either); NULL for storeDirectory means $ACSECURE_HOME (else the default above).
+ * A missing store is created, unlocked (protected by $ACSECURE_PASSCODE when set); an existing
+ * store without a passcode is unlocked; a store with a passcode stays unavailable until
+ * ACSecureServicesUnlock (or is unlocked with $ACSECURE_PASSCODE when set). When
+ * $ACSECURE_PASSCODE is set, or $ACSECURE_REQUIRE_PROTECTED_STORE=1, a store without a passcode
+ * is refused (EACCES).
+ *
+ * Same as ACSecureServicesStartWithOptions(appID, storeDirectory, 0).
  *
  * Calling it again replaces the services; descriptors opened before keep the services they
  * were opened with.
  *
- * Returns 0, or -1 with errno EINVAL (empty app ID), EACCES (wrong $ACSECURE_PASSCODE),
- * EIO (corrupt store) or the errno of the store I/O.
+ * Returns 0, or -1 with errno EINVAL (empty or missing app ID), EACCES (wrong $ACSECURE_PASSCODE,
+ * a store without a passcode when one is required, or a store directory or seed that group or
+ * others can access), EIO (corrupt store) or the errno of the store I/O.
  */
 int ACSecureServicesStart(const char *appID, const char *storeDirectory);
+
+/** Options of ACSecureServicesStartWithOptions; combine with |. */
+enum {
+    /**
+     * Refuse a store whose seed is not sealed under a passcode: starting (and every later
+     * ACSecureServicesUnlock) fails with EACCES, and file calls with ACE_NO_KEYS_ERROR. Use it
+     * when the app always sets a passcode: whoever can write the store could otherwise replace the
+     * protected seed by an unprotected one of their own. Implied when $ACSECURE_PASSCODE is set.
+     * A missing store is then created only with $ACSECURE_PASSCODE (EINVAL without it).
+     */
+    ACSECURESERVICESSTART_REQUIRE_PROTECTED_STORE = 1 << 0,
+    /** Do not create a missing store: fail with EACCES instead. */
+    ACSECURESERVICESSTART_DO_NOT_CREATE_STORE = 1 << 1,
+};
+
+/**
+ * ACSecureServicesStart with options (ACSECURESERVICESSTART_*, or 0 for ACSecureServicesStart's
+ * behaviour).
+ *
+ * Returns 0, or -1 with the errno of ACSecureServicesStart; EINVAL for an unknown option bit;
+ * EACCES when the store is missing and ACSECURESERVICESSTART_DO_NOT_CREATE_STORE is given, or its
+ * seed is not protected and ACSECURESERVICESSTART_REQUIRE_PROTECTED_STORE is given.
+ */
+int ACSecureServicesStartWithOptions(const char *appID, const char *storeDirectory, unsigned int options);
+
+/**
+ * Hardens the whole process for handling keys: no core dumps (RLIMIT_CORE set to 0, soft and
+ * hard) and not dumpable (prctl(PR_SET_DUMPABLE, 0): no ptrace attach by the same user,
+ * /proc/<pid>/mem and friends owned by root). Call it once at startup, before unlocking.
+ *
+ * Why: keys in libsodium guarded memory are kept out of core dumps, but OpenSSL's AES key
+ * schedules (equivalent to each open file's data key) are in the ordinary heap while services
+ * are unlocked (docs/FORMAT.md, "Keys in memory"). It is not done automatically because it
+ * changes process-wide behaviour (crash reports without core files, debuggers need root).
+ *
+ * Returns 0, or -1 with the errno of the failing setrlimit/prctl.
+ */
+int ACSecureHardenProcess(void);
 
 /**
  * Makes secure services available again after ACSecureServicesLock, or for the first time for a
@@ -91,14 +149,16 @@ int ACSecureServicesLock(void);
 
 /**
  * Destroys the store's seed: every secure file of this store becomes unreadable for ever.
- * Services become unavailable; ACSecureServicesStart creates a new, empty store.
+ * The seed and any temporary seed file left by an interrupted passcode change are overwritten
+ * with zeros and removed. Services become unavailable; ACSecureServicesStart creates a new,
+ * empty store.
  *
  * Returns 0, or -1 with the errno of the store I/O.
  */
 int ACSecureServicesRetire(void);
 
-/** Whether secure services are available now (starting them from the environment if needed;
- *  ACSECURESERVICESAVAILABILITY_UNAVAILABLE when that fails). */
+/** Whether secure services are available now (starting them from the environment if needed, as
+ *  described under "Starting"; ACSECURESERVICESAVAILABILITY_UNAVAILABLE when that fails). */
 ACSecureServicesAvailability ACSecureServicesGetAvailability(void);
 
 /**

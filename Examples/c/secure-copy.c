@@ -5,7 +5,8 @@
  *
  * Reads the plain source with readv(2) into a ring of odd-sized buffers and writes each batch to
  * the secure file with one ACSecureFileWritev call, then checks the plaintext size with
- * ACSecureFstat. Build:
+ * ACSecureFstat. Keys come from secure services started from the environment (ACSECURE_APP_ID,
+ * ACSECURE_HOME; ACSECURE_CREATE_STORE=1 to create a missing store). Build:
  *
  *   cc secure-copy.c $(pkg-config --cflags --libs acsecurefile) -o secure-copy
  */

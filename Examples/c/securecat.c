@@ -6,8 +6,9 @@
  *   securecat -w FILE          encrypt stdin into FILE (created 0600 or truncated)
  *
  * Build:  cc securecat.c $(pkg-config --cflags --libs acsecurefile) -o securecat
- * Keys come from secure services started from the environment: ACSECURE_APP_ID, ACSECURE_HOME
- * (and ACSECURE_PASSCODE for tests and CI).
+ * Keys come from secure services started from the environment: ACSECURE_APP_ID (required),
+ * ACSECURE_HOME (and ACSECURE_PASSCODE for tests and CI). The store must exist (`acsecure init`),
+ * or ACSECURE_CREATE_STORE=1 creates it; a file call never creates one by itself.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -10,10 +10,16 @@ public enum Argon2id {
         public var memLimit: Int
         public init(opsLimit: UInt64, memLimit: Int) { self.opsLimit = opsLimit; self.memLimit = memLimit }
 
-        /// libsodium's "interactive" limits (2 passes, 64 MiB): ~0.1 s here.
+        /// libsodium's "interactive" limits (2 passes, 64 MiB): ~0.07 s here. Too cheap for a short
+        /// passcode (docs/FORMAT.md); kept for seeds sealed with it, which still open.
         public static let interactive = Cost(opsLimit: UInt64(crypto_pwhash_OPSLIMIT_INTERACTIVE),
                                              memLimit: Int(crypto_pwhash_MEMLIMIT_INTERACTIVE))
-        /// The smallest limits libsodium accepts; for tests only.
+        /// libsodium's "moderate" limits (3 passes, 256 MiB): ~0.45 s here. The cost of every new or
+        /// re-sealed seed unless a caller asks for more (docs/FORMAT.md says what a PIN costs at it).
+        public static let moderate = Cost(opsLimit: UInt64(crypto_pwhash_OPSLIMIT_MODERATE),
+                                          memLimit: Int(crypto_pwhash_MEMLIMIT_MODERATE))
+        /// The smallest limits libsodium accepts (1 pass, 8 KiB); for tests only, which pass it
+        /// explicitly (`argonCost: .minimum`) to stay fast. Never a default.
         public static let minimum = Cost(opsLimit: UInt64(crypto_pwhash_OPSLIMIT_MIN), memLimit: Int(crypto_pwhash_MEMLIMIT_MIN))
     }
 

@@ -12,13 +12,42 @@ import ACSecureServices
 
 @c @implementation
 public func ACSecureServicesStart(_ appID: UnsafePointer<CChar>?, _ storeDirectory: UnsafePointer<CChar>?) -> Int32 {
+    ACSecureServicesStartWithOptions(appID, storeDirectory, 0)
+}
+
+@c @implementation
+public func ACSecureServicesStartWithOptions(_ appID: UnsafePointer<CChar>?, _ storeDirectory: UnsafePointer<CChar>?,
+                                             _ options: UInt32) -> Int32 {
     CResult.services { () throws(SecureServicesError) in
-        let id = try appID.map { p throws(SecureServicesError) in try servicesString(p, "the app ID") }
-            ?? environmentString("ACSECURE_APP_ID") ?? "default"
+        let requireProtected = UInt32(ACSECURESERVICESSTART_REQUIRE_PROTECTED_STORE)
+        let doNotCreate = UInt32(ACSECURESERVICESSTART_DO_NOT_CREATE_STORE)
+        guard options & ~(requireProtected | doNotCreate) == 0 else {
+            throw SecureServicesError(.invalidArgument, "ACSecureServicesStartWithOptions: unknown options 0x\(String(options, radix: 16))")
+        }
+        // No app ID is invented: NULL means the environment's, and there must be one.
+        guard let id = try appID.map({ p throws(SecureServicesError) in try servicesString(p, "the app ID") })
+                ?? environmentString("ACSECURE_APP_ID").flatMap({ $0.isEmpty ? nil : $0 }) else {
+            throw SecureServicesError(.invalidArgument, "ACSecureServicesStart: no app ID (pass one, or set ACSECURE_APP_ID)")
+        }
         let dir = try storeDirectory.map { p throws(SecureServicesError) in try servicesString(p, "the store directory") }
         let fromEnvironment: UnsafeMutablePointer<CChar>? = getenv("ACSECURE_PASSCODE")
-        let passcode = fromEnvironment.map { passcodeBytes($0) }
-        SecureServices.current = try SecureServices(appID: id, storeDirectory: dir, passcode: passcode)
+        // An empty $ACSECURE_PASSCODE means "no passcode", as for a new store.
+        let passcode = fromEnvironment.flatMap { $0[0] == 0 ? nil : passcodeBytes($0) }
+        SecureServices.current = try SecureServices(
+            appID: id, storeDirectory: dir, passcode: passcode,
+            requireProtectedStore: options & requireProtected != 0 || SecureServices.environmentFlag("ACSECURE_REQUIRE_PROTECTED_STORE"),
+            createStoreIfMissing: options & doNotCreate == 0)
+    }
+}
+
+@c @implementation
+public func ACSecureHardenProcess() -> Int32 {
+    do {
+        try ProcessHardening.apply()
+        return 0
+    } catch {
+        errno = error.errno
+        return -1
     }
 }
 

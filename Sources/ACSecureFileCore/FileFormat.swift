@@ -81,7 +81,7 @@ public struct FileLayout: Sendable, Equatable {
 ///     6   header size = 128     u16
 ///     8   chunk shift (9…20)    u8
 ///     9   key class             u8   (1 app, 2 group, 3 crypto block)
-///     10  flags                 u16  (bit 0: wrapped-file name record follows the header; reserved)
+///     10  flags = 0             u16  (reserved: a reader rejects any other value)
 ///     12  reserved, zero        u32
 ///     16  file ID               16   random
 ///     32  KEK fingerprint       16   HKDF(KEK, "key fingerprint"), tells which key is needed
@@ -157,11 +157,13 @@ public struct FileHeader: Sendable, Equatable {
         guard headerSize == FileLayout.headerSize else { return .failure(.malformed("header size \(headerSize)")) }
         guard FileLayout.chunkShiftRange.contains(b[8]) else { return .failure(.malformed("chunk shift \(b[8])")) }
         guard KeyEncryptionKey.KeyClass(rawValue: b[9]) != nil else { return .failure(.malformed("key class \(b[9])")) }
-        guard b[12..<16].allSatisfy({ $0 == 0 }), b[108..<128].allSatisfy({ $0 == 0 }) else {
-            return .failure(.malformed("reserved bytes are not zero"))
-        }
-        return .success(FileHeader(layout: FileLayout(chunkShift: b[8]), keyClass: b[9],
-                                   flags: UInt16(b[10]) << 8 | UInt16(b[11]),
+        // No flag is defined in version 1: a reader that ignored one would misread a file written by
+        // a later writer, and a forged value must not pass (the wrap authenticates whatever is there).
+        let flags = UInt16(b[10]) << 8 | UInt16(b[11])
+        guard flags == 0 else { return .failure(.malformed("flags 0x\(String(flags, radix: 16)) are reserved and must be zero")) }
+        guard b[12..<16].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 12..<16 are not zero")) }
+        guard b[108..<128].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 108..<128 are not zero")) }
+        return .success(FileHeader(layout: FileLayout(chunkShift: b[8]), keyClass: b[9], flags: flags,
                                    fileID: Array(b[16..<32]), fingerprint: Array(b[32..<48]),
                                    wrappedKey: Array(b[48..<108])))
     }

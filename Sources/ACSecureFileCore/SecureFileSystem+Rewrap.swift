@@ -78,7 +78,21 @@ extension SecureFileSystem {
     public static func rewrap(_ path: String, from: KeySelection = .app, toKey kek: KeyEncryptionKey,
                               recordAs selection: KeySelection? = nil, services: (any KeyProvider)? = nil) throws(SecureFileError) {
         let file = try SecureFile.open(path, flags: O_RDWR, key: from, services: services)
-        defer { try? file.close() }
+        do {
+            try rewrapHeader(of: file, path, toKey: kek, recordAs: selection)
+        } catch {
+            // The header write failed: closing cannot make it worse, and that error is the one to report.
+            _ = try? file.close()
+            throw error
+        }
+        // A failed close (the flush of cached data) is reported, not swallowed.
+        try file.close()
+    }
+
+    /// Writes the header of `file` re-wrapped under `kek`. Flags and reserved bytes are written as
+    /// zero: `FileHeader.parse` accepted only zeros, and `encoded()` writes the reserved bytes itself.
+    private static func rewrapHeader(of file: SecureFile, _ path: String, toKey kek: KeyEncryptionKey,
+                                     recordAs selection: KeySelection?) throws(SecureFileError) {
         try file.withShared { (s: SharedFile) throws(SecureFileError) in
             try s.initializeIfNeeded()
             guard var header = s.header, let dataKey = s.dataKey else {

@@ -19,6 +19,15 @@ public enum SecureServicesAvailability: Int32, Sendable {
 public final class SecureServices: Sendable {
     public let appID: String
     public let storeDirectory: String
+    /// Whether these services refuse a seed that is not sealed under a passcode (`.noKeys`): asked
+    /// for with `requireProtectedStore`, or implied by a passcode given when starting or set with
+    /// `setPasscode`. Checked at start and at every unlock, so a seed swapped on disk while locked
+    /// is refused too.
+    public var requiresProtectedStore: Bool { protectedStoreRequested || protectedStoreImplied.load(ordering: .acquiring) }
+    /// `requireProtectedStore: true`: the passcode cannot be removed.
+    private let protectedStoreRequested: Bool
+    /// A passcode is configured; removing it with `setPasscode(old:new: nil)` ends the requirement.
+    private let protectedStoreImplied: Atomic<Bool>
     /// The file I/O policy is always "required", as on AppConnect.
     public var secureFileIOPolicyIsRequired: Bool { true }
 
@@ -47,32 +56,57 @@ public final class SecureServices: Sendable {
 
     /// Opens (or creates) the store and unlocks it when it has no passcode or `passcode` is right.
     ///
+    /// This is the explicit start: it creates a missing store unless `createStoreIfMissing` is false.
+    /// Nothing else creates one (`currentOrStartFromEnvironment` only with `ACSECURE_CREATE_STORE=1`).
+    ///
     /// - Parameters:
     ///   - appID: identifies the app; its files are keyed by it. Must not be empty.
     ///   - storeDirectory: the store; nil means `$ACSECURE_HOME`, else `$XDG_DATA_HOME/acsecure`,
     ///     else `~/.local/share/acsecure`.
     ///   - passcode: used when creating a new store (nil: no passcode) and to unlock an existing one.
-    ///   - argonCost: Argon2id cost for a new passcode.
-    /// - Throws: `.invalidArgument` for an empty app ID, `.corruptStore`/`.storeIO` for a bad store,
-    ///   `.wrongPasscode` when a passcode was given and is wrong. A store that needs a passcode and got
-    ///   none starts unavailable, without error.
+    ///     A non-empty passcode implies `requireProtectedStore`.
+    ///   - requireProtectedStore: refuse a store whose seed is not sealed under a passcode, at start
+    ///     and at every later unlock: a planted unprotected seed must not replace a protected one.
+    ///   - createStoreIfMissing: create a new store when there is none (default: this is an explicit
+    ///     start); false fails with `.noKeys` instead.
+    ///   - argonCost: Argon2id cost for a new or changed passcode (default `.moderate`). Existing seeds
+    ///     open with the cost stored in them. Tests pass `.minimum` to stay fast.
+    /// - Throws: `.invalidArgument` for an empty app ID or a protected store required without a
+    ///   passcode to create it; `.noKeys` for a missing store not to be created, or an unprotected
+    ///   seed when a protected store is required; `.corruptStore`/`.storeIO` for a bad store (a store
+    ///   directory or seed that others can access is `.storeIO` with `EACCES`); `.wrongPasscode`
+    ///   when a passcode was given and is wrong. A store that needs a passcode and got none starts
+    ///   unavailable, without error.
     public init(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
-                argonCost: Argon2id.Cost = .interactive) throws(SecureServicesError) {
+                requireProtectedStore: Bool = false, createStoreIfMissing: Bool = true,
+                argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) {
         guard !appID.isEmpty, !appID.utf8.contains(0) else {
             throw SecureServicesError(.invalidArgument, "the app ID must be a non-empty string")
         }
+        let hasPasscode = (passcode?.count ?? 0) > 0
         self.appID = appID
         self.storeDirectory = storeDirectory ?? Self.defaultStoreDirectory()
         self.store = SeedStore(directory: self.storeDirectory)
         self.argonCost = argonCost
+        self.protectedStoreRequested = requireProtectedStore
+        self.protectedStoreImplied = Atomic(hasPasscode)
         if !store.exists() {
+            guard createStoreIfMissing else {
+                throw SecureServicesError(.noKeys, "no secure services store at \(self.storeDirectory) (no seed file); create one with "
+                                          + "`acsecure init`, ACSecureServicesStart, or ACSECURE_CREATE_STORE=1")
+            }
+            guard hasPasscode || !requireProtectedStore else {
+                throw SecureServicesError(.invalidArgument, "\(self.storeDirectory): a protected store is required, but no passcode was given to create one")
+            }
             let seed = SecureBytes(randomCount: SeedStore.seedSize)
             try store.save(seed: seed, passcode: passcode, cost: argonCost)
             becomeAvailable(seed: seed)
         } else {
             let sealed = try store.load()
+            let required = requireProtectedStore || hasPasscode
+            if sealed.protection == .none && required { throw store.unprotectedSeedRefused() }
             if sealed.protection == .none || passcode != nil {
-                becomeAvailable(seed: try store.openSeed(passcode: passcode))
+                becomeAvailable(seed: try store.openSeed(passcode: passcode, requireProtected: required))
             }
         }
     }
@@ -98,17 +132,36 @@ public final class SecureServices: Sendable {
         set { currentInstance.withLock { $0 = newValue } }
     }
 
-    /// The current services, or ones started from `ACSECURE_APP_ID` (default `"default"`),
-    /// `ACSECURE_HOME` and `ACSECURE_PASSCODE` (meant for tests and CI, not production).
+    /// The current services, or ones started from the environment when it names an app:
+    /// - `ACSECURE_APP_ID`: the app ID (required: none is invented);
+    /// - `ACSECURE_HOME`: the store directory (default: see `defaultStoreDirectory()`);
+    /// - `ACSECURE_PASSCODE`: unlocks a protected store; when set (non-empty), an unprotected seed is
+    ///   refused (meant for tests and CI, not production);
+    /// - `ACSECURE_REQUIRE_PROTECTED_STORE=1`: refuse an unprotected seed even without a passcode;
+    /// - `ACSECURE_CREATE_STORE=1`: create the store if it is missing (otherwise a missing store fails).
+    ///
+    /// - Throws: `.noKeys` with a message saying how to start services when none are set and the
+    ///   environment names no app ID, or when the store is missing and is not to be created; the
+    ///   errors of `init`.
     public static func currentOrStartFromEnvironment() throws(SecureServicesError) -> SecureServices {
         try currentInstance.withLock { (cur: inout SecureServices?) throws(SecureServicesError) -> SecureServices in
             if let cur { return cur }
-            let pass = environment("ACSECURE_PASSCODE").map { SecureBytes(copying: Array($0.utf8)) }
-            let s = try SecureServices(appID: environment("ACSECURE_APP_ID") ?? "default", passcode: pass)
+            guard let appID = environment("ACSECURE_APP_ID"), !appID.isEmpty else {
+                throw SecureServicesError(.noKeys, "secure services are not started: set SecureServices.current (Swift) or call "
+                                          + "ACSecureServicesStart (C) with your app ID, or set ACSECURE_APP_ID (and ACSECURE_HOME; "
+                                          + "ACSECURE_CREATE_STORE=1 to create a new store) to start them from the environment")
+            }
+            let pass = environment("ACSECURE_PASSCODE").flatMap { $0.isEmpty ? nil : SecureBytes(copying: Array($0.utf8)) }
+            let s = try SecureServices(appID: appID, passcode: pass,
+                                       requireProtectedStore: environmentFlag("ACSECURE_REQUIRE_PROTECTED_STORE"),
+                                       createStoreIfMissing: environmentFlag("ACSECURE_CREATE_STORE"))
             cur = s
             return s
         }
     }
+
+    /// Whether the environment variable `name` is set to `1`.
+    public static func environmentFlag(_ name: String) -> Bool { environment(name) == "1" }
 
     // MARK: availability
 
@@ -127,7 +180,7 @@ public final class SecureServices: Sendable {
     /// - Throws: `.wrongPasscode`, `.noKeys` if the store was retired, `.corruptStore`.
     public func unlock(passcode: SecureBytes?) throws(SecureServicesError) {
         if availability == .available { return }
-        let seed = try store.openSeed(passcode: passcode)
+        let seed = try store.openSeed(passcode: passcode, requireProtected: requiresProtectedStore)
         becomeAvailable(seed: seed)
     }
 
@@ -151,14 +204,24 @@ public final class SecureServices: Sendable {
         notify(.unavailable, observers, continuations)
     }
 
-    /// Changes the passcode (nil removes it). Only the seed is re-sealed; no file is re-encrypted.
-    /// - Throws: `.wrongPasscode` if `old` does not open the store.
+    /// Changes the passcode (nil or empty removes it). Only the seed is re-sealed (at `argonCost`); no
+    /// file is re-encrypted. Setting a passcode makes these services require a protected store from
+    /// now on; removing it ends that requirement unless it was asked for with `requireProtectedStore`.
+    /// - Throws: `.wrongPasscode` if `old` does not open the store; `.noKeys` for an unprotected seed
+    ///   while a protected store is required; `.invalidArgument` when removing the passcode of
+    ///   services started with `requireProtectedStore: true`.
     public func setPasscode(old: SecureBytes?, new: SecureBytes?) throws(SecureServicesError) {
-        let seed = try store.openSeed(passcode: old)
+        let removing = (new?.count ?? 0) == 0
+        if removing && protectedStoreRequested {
+            throw SecureServicesError(.invalidArgument, "\(storeDirectory): these services require a protected store: the passcode cannot be removed")
+        }
+        let seed = try store.openSeed(passcode: old, requireProtected: requiresProtectedStore)
         try store.save(seed: seed, passcode: new, cost: argonCost)
+        protectedStoreImplied.store(!removing, ordering: .releasing)
     }
 
     /// Destroys the seed and the store: every secure file of this store becomes unreadable for ever.
+    /// The seed and any temporary seed file are overwritten with zeros, synced and removed.
     public func retire() throws(SecureServicesError) {
         lock()
         try store.destroy()

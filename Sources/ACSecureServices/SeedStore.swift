@@ -3,16 +3,27 @@ import Glibc
 #endif
 import ACCrypto
 
-/// The on-disk store: a directory holding the secure services seed.
+/// The on-disk store: a directory holding the secure services seed (docs/FORMAT.md, "The store").
 ///
-/// Seed file format (`seed`, big-endian, 0600 in a 0700 directory):
-/// - `"ACSS"`, version 1, protection (0 = none, 1 = passcode)
-/// - protection 0: the 32-byte seed, protected by file permissions only
-/// - protection 1: Argon2id ops limit (u64), mem limit (u64), salt (16), then the seed sealed with
-///   AES-256-GCM under the Argon2id key: nonce (12) ‖ ciphertext (32) ‖ tag (16); AAD = every byte before.
+/// Seed file format (`seed`, big-endian, 0600 in a 0700 directory, both owned by the user):
+/// - 0 `"ACSS"` (4), 4 version = 1 (u8), 5 protection (u8: 0 = none, 1 = passcode)
+/// - protection 0: 6 the 32-byte seed, protected by file permissions only (38 bytes in all)
+/// - protection 1: 6 Argon2id ops limit (u64), 14 mem limit in bytes (u64), 22 salt (16), then at 38
+///   the seed sealed with AES-256-GCM under the Argon2id key: nonce (12) ‖ ciphertext (32) ‖ tag (16);
+///   AAD = bytes 0..<38 (98 bytes in all).
+///
+/// The store is refused (`.storeIO`, `EACCES`) when the directory or the seed is not owned by this
+/// user or is accessible to group or others: whoever can write there can plant or replace the seed.
 struct SeedStore {
     static let seedSize = 32
     static let magic: [UInt8] = Array("ACSS".utf8)
+
+    /// Accepted Argon2id limits in a seed file: libsodium's minimum up to 16 passes and 1 GiB, so a
+    /// tampered file cannot make an unlock allocate or compute without bound.
+    static let opsLimitRange: ClosedRange<UInt64> = Argon2id.Cost.minimum.opsLimit...16
+    static let memLimitRange: ClosedRange<UInt64> = UInt64(Argon2id.Cost.minimum.memLimit)...(1 << 30)
+    /// Names of temporary seed files (`seed.tmp.<pid>`), written before the rename over `seed`.
+    static let temporaryPrefix = "seed.tmp."
 
     let directory: String
     var seedPath: String { directory + "/seed" }
@@ -35,7 +46,8 @@ struct SeedStore {
     // MARK: reading
 
     func load() throws(SecureServicesError) -> Sealed {
-        let bytes = try readFile(seedPath)
+        try checkDirectoryIsPrivate()
+        let bytes = try readSeedFile()
         guard bytes.count >= 6, Array(bytes[0..<4]) == Self.magic else {
             throw SecureServicesError(.corruptStore, "\(seedPath): not a secure services seed file")
         }
@@ -50,21 +62,23 @@ struct SeedStore {
             let ops = bytes[6..<14].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
             let mem = bytes[14..<22].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
             // Bound the cost read from disk: a tampered file must not make us allocate without limit.
-            guard ops >= Argon2id.Cost.minimum.opsLimit, ops <= 16, mem >= UInt64(Argon2id.Cost.minimum.memLimit), mem <= 1 << 30 else {
-                throw SecureServicesError(.corruptStore, "\(seedPath): Argon2id parameters out of range")
+            guard Self.opsLimitRange.contains(ops), Self.memLimitRange.contains(mem), let memLimit = Int(exactly: mem) else {
+                throw SecureServicesError(.corruptStore, "\(seedPath): Argon2id parameters out of range (ops \(ops), memory \(mem) bytes)")
             }
-            return Sealed(protection: .passcode, cost: .init(opsLimit: ops, memLimit: Int(mem)),
+            return Sealed(protection: .passcode, cost: .init(opsLimit: ops, memLimit: memLimit),
                           salt: Array(bytes[22..<fixed]), payload: Array(bytes[fixed...]), aad: Array(bytes[0..<fixed]))
         case nil:
             throw SecureServicesError(.corruptStore, "\(seedPath): unknown protection \(bytes[5])")
         }
     }
 
-    /// Recovers the seed. `passcode` is ignored when the store has none.
-    func openSeed(passcode: SecureBytes?) throws(SecureServicesError) -> SecureBytes {
+    /// Recovers the seed. `passcode` is ignored when the store has none, unless `requireProtected`:
+    /// then an unprotected seed (planted by whoever could write the store) fails with `.noKeys`.
+    func openSeed(passcode: SecureBytes?, requireProtected: Bool) throws(SecureServicesError) -> SecureBytes {
         let sealed = try load()
         switch sealed.protection {
         case .none:
+            if requireProtected { throw unprotectedSeedRefused() }
             return sealed.payload.withUnsafeBytes { SecureBytes(copying: $0) }
         case .passcode:
             guard let passcode else { throw SecureServicesError(.wrongPasscode, "a passcode is required to unlock secure services") }
@@ -81,6 +95,59 @@ struct SeedStore {
                 throw SecureServicesError(.storeIO, "cannot derive the passcode key: \(error)")
             }
         }
+    }
+
+    func unprotectedSeedRefused() -> SecureServicesError {
+        SecureServicesError(.noKeys, "\(seedPath): the seed is not protected by a passcode, but a protected store is required "
+                            + "(a passcode is configured): refusing it, as it may have been planted")
+    }
+
+    // MARK: checks
+
+    /// The store directory must be a directory of this user that group and others cannot access.
+    /// Refused, not repaired: once others could write there, the seed itself is not trustworthy.
+    func checkDirectoryIsPrivate() throws(SecureServicesError) {
+        var st = stat()
+        guard stat(directory, &st) == 0 else {
+            let e = errno
+            throw SecureServicesError(e == ENOENT ? .noKeys : .storeIO, "cannot examine the store directory \(directory): \(String(cString: strerror(e)))", errno: e)
+        }
+        try Self.checkPrivate(st, directory, what: "store directory", type: S_IFDIR, repair: "chmod 700")
+    }
+
+    /// `st` (of the store directory or the seed) must be of `type`, owned by the effective user and
+    /// without any group or other permission.
+    static func checkPrivate(_ st: stat, _ path: String, what: String, type: mode_t, repair: String) throws(SecureServicesError) {
+        guard st.st_mode & S_IFMT == type else {
+            throw SecureServicesError(.storeIO, "\(what) \(path) is not a \(type == S_IFDIR ? "directory" : "regular file")", errno: EACCES)
+        }
+        guard st.st_uid == geteuid() else {
+            throw SecureServicesError(.storeIO, "\(what) \(path) belongs to uid \(st.st_uid), not to this user (uid \(geteuid())): refusing it", errno: EACCES)
+        }
+        let mode = st.st_mode & 0o7777
+        guard mode & 0o077 == 0 else {
+            throw SecureServicesError(.storeIO, "\(what) \(path) has mode \(String(mode, radix: 8)): group or others can access it, "
+                                      + "so anyone who can write there can plant or replace the seed; refusing it "
+                                      + "(if it is yours and was not tampered with: \(repair) \(path))", errno: EACCES)
+        }
+    }
+
+    /// The seed file's bytes: not through a symbolic link, from a private regular file of this user.
+    private func readSeedFile() throws(SecureServicesError) -> [UInt8] {
+        let fd = open(seedPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            let e = errno
+            let why = e == ELOOP ? "it is a symbolic link" : String(cString: strerror(e))
+            throw SecureServicesError(e == ENOENT ? .noKeys : .storeIO, "cannot open \(seedPath): \(why)", errno: e)
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let e = errno
+            throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(String(cString: strerror(e)))", errno: e)
+        }
+        try Self.checkPrivate(st, seedPath, what: "seed file", type: S_IFREG, repair: "chmod 600")
+        return try readAll(fd, seedPath)
     }
 
     // MARK: writing
@@ -108,51 +175,90 @@ struct SeedStore {
         try writeFileAtomically(seedPath, out)
     }
 
+    /// Creates the store directory (and its parents) for a new store. An existing directory must
+    /// belong to this user; group and other access to it is removed, since the store is created
+    /// now and nothing in it is trusted yet (an existing store is refused instead, in `load`).
     func makeDirectory() throws(SecureServicesError) {
-        // Create parents as needed; the store itself is private to the user.
-        var path = ""
-        for part in directory.split(separator: "/", omittingEmptySubsequences: true) {
+        // Relative store directories stay relative (to the working directory).
+        var path = directory.hasPrefix("/") ? "" : "."
+        let parts = directory.split(separator: "/", omittingEmptySubsequences: true)
+        for (i, part) in parts.enumerated() {
             path += "/" + part
-            if mkdir(path, path == normalizedDirectory ? 0o700 : 0o755) != 0 && errno != EEXIST {
+            if mkdir(path, i == parts.count - 1 ? 0o700 : 0o755) != 0 && errno != EEXIST {
                 throw SecureServicesError(.storeIO, "cannot create \(path): \(String(cString: strerror(errno)))", errno: errno)
             }
         }
-    }
-
-    private var normalizedDirectory: String {
-        "/" + directory.split(separator: "/", omittingEmptySubsequences: true).joined(separator: "/")
-    }
-
-    /// Overwrites and removes the seed file, then removes the store directory if it is empty.
-    func destroy() throws(SecureServicesError) {
-        if exists() {
-            let fd = open(seedPath, O_WRONLY)
-            if fd >= 0 {
-                var st = stat()
-                if fstat(fd, &st) == 0, st.st_size > 0 {
-                    let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
-                    _ = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-                    _ = fsync(fd)
-                }
-                close(fd)
-            }
-            guard unlink(seedPath) == 0 else {
-                throw SecureServicesError(.storeIO, "cannot remove \(seedPath): \(String(cString: strerror(errno)))", errno: errno)
+        var st = stat()
+        guard stat(directory, &st) == 0 else {
+            throw SecureServicesError(.storeIO, "cannot examine \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        }
+        if st.st_mode & S_IFMT == S_IFDIR, st.st_uid == geteuid(), st.st_mode & 0o077 != 0 {
+            guard chmod(directory, 0o700) == 0, stat(directory, &st) == 0 else {
+                throw SecureServicesError(.storeIO, "cannot make \(directory) private (mode 700): \(String(cString: strerror(errno)))", errno: errno)
             }
         }
-        _ = rmdir(directory)
+        try Self.checkPrivate(st, directory, what: "store directory", type: S_IFDIR, repair: "chmod 700")
+    }
+
+    /// Overwrites with zeros and removes every seed-related file — `seed` and any `seed.tmp.*` an
+    /// interrupted write left — then removes the store directory if nothing else is in it.
+    /// Symbolic links are removed, never written through.
+    func destroy() throws(SecureServicesError) {
+        guard let dir = opendir(directory) else {
+            if errno == ENOENT { return }
+            throw SecureServicesError(.storeIO, "cannot list \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+            }
+            if name == "seed" || name.hasPrefix(Self.temporaryPrefix) { names.append(name) }
+        }
+        closedir(dir)
+        for name in names.sorted() { try Self.overwriteAndRemove(directory + "/" + name) }
+        if !names.isEmpty { try syncDirectory(directory) }
+        // Other files (not ours) keep the directory; that is not an error.
+        if rmdir(directory) != 0, errno != ENOTEMPTY, errno != EEXIST, errno != ENOENT {
+            throw SecureServicesError(.storeIO, "cannot remove \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        }
+    }
+
+    private static func overwriteAndRemove(_ path: String) throws(SecureServicesError) {
+        func failure(_ what: String, _ e: Int32) -> SecureServicesError {
+            SecureServicesError(.storeIO, "cannot \(what) \(path): \(String(cString: strerror(e)))", errno: e)
+        }
+        let fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        if fd >= 0 {
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { let e = errno; close(fd); throw failure("examine", e) }
+            if st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 {
+                let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
+                var done = 0
+                while done < zeros.count {
+                    let n = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(done)) }
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        let e = errno; close(fd); throw failure("overwrite", e)
+                    }
+                    done += n
+                }
+                guard fsync(fd) == 0 else { let e = errno; close(fd); throw failure("fsync", e) }
+            }
+            guard close(fd) == 0 else { throw failure("close", errno) }
+        } else if errno == ENOENT {
+            return
+        } else if errno != ELOOP {  // ELOOP: a symbolic link, removed below without following it
+            throw failure("open", errno)
+        }
+        guard unlink(path) == 0 || errno == ENOENT else { throw failure("remove", errno) }
     }
 }
 
 func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: v >> (8 * UInt64($0))) } }
 
-func readFile(_ path: String) throws(SecureServicesError) -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else {
-        let e = errno
-        throw SecureServicesError(e == ENOENT ? .noKeys : .storeIO, "cannot open \(path): \(String(cString: strerror(e)))", errno: e)
-    }
-    defer { close(fd) }
+/// Reads a small file to its end; more than 64 KiB is not a seed file.
+func readAll(_ fd: Int32, _ path: String) throws(SecureServicesError) -> [UInt8] {
     var out: [UInt8] = []
     var buf = [UInt8](repeating: 0, count: 4096)
     while out.count <= 1 << 16 {  // a seed file is tiny; refuse to read a huge one
@@ -167,36 +273,50 @@ func readFile(_ path: String) throws(SecureServicesError) -> [UInt8] {
     throw SecureServicesError(.corruptStore, "\(path): too large for a seed file")
 }
 
+/// Writes `bytes` to `path` atomically: a new temporary file `<path>.tmp.<pid>` (created with
+/// `O_EXCL | O_NOFOLLOW`, so a planted file or link there is never written through), fsync, rename,
+/// fsync of the directory. Every failure is reported, with the path it concerns.
 func writeFileAtomically(_ path: String, _ bytes: [UInt8]) throws(SecureServicesError) {
     let tmp = path + ".tmp.\(getpid())"
-    let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
     guard fd >= 0 else {
-        throw SecureServicesError(.storeIO, "cannot create \(tmp): \(String(cString: strerror(errno)))", errno: errno)
+        let e = errno
+        let why = e == EEXIST ? "it already exists (left by an interrupted write, or planted): remove it" : String(cString: strerror(e))
+        throw SecureServicesError(.storeIO, "cannot create \(tmp): \(why)", errno: e)
+    }
+    func fail(_ what: String, _ e: Int32, closing: Bool = true) -> SecureServicesError {
+        if closing { close(fd) }
+        unlink(tmp)
+        return SecureServicesError(.storeIO, "cannot \(what) \(tmp): \(String(cString: strerror(e)))", errno: e)
     }
     var written = 0
     while written < bytes.count {
         let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
         if n < 0 {
             if errno == EINTR { continue }
-            let e = errno
-            close(fd); unlink(tmp)
-            throw SecureServicesError(.storeIO, "cannot write \(tmp): \(String(cString: strerror(e)))", errno: e)
+            throw fail("write", errno)
         }
         written += n
     }
-    guard fsync(fd) == 0 else {
-        let e = errno
-        close(fd); unlink(tmp)
-        throw SecureServicesError(.storeIO, "cannot fsync \(tmp): \(String(cString: strerror(e)))", errno: e)
-    }
-    close(fd)
+    guard fsync(fd) == 0 else { throw fail("fsync", errno) }
+    guard close(fd) == 0 else { throw fail("close", errno, closing: false) }
     guard rename(tmp, path) == 0 else {
         let e = errno
         unlink(tmp)
-        throw SecureServicesError(.storeIO, "cannot rename \(tmp): \(String(cString: strerror(e)))", errno: e)
+        throw SecureServicesError(.storeIO, "cannot rename \(tmp) to \(path): \(String(cString: strerror(e)))", errno: e)
     }
     // Make the rename itself durable.
     let dir = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
-    let dfd = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    if dfd >= 0 { _ = fsync(dfd); close(dfd) }
+    try syncDirectory(dir.isEmpty ? "." : dir)
+}
+
+func syncDirectory(_ dir: String) throws(SecureServicesError) {
+    let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard dfd >= 0 else {
+        throw SecureServicesError(.storeIO, "cannot open \(dir) to fsync it: \(String(cString: strerror(errno)))", errno: errno)
+    }
+    defer { close(dfd) }
+    guard fsync(dfd) == 0 else {
+        throw SecureServicesError(.storeIO, "cannot fsync \(dir): \(String(cString: strerror(errno)))", errno: errno)
+    }
 }

@@ -1,9 +1,36 @@
+import Foundation
 import XCTest
 import ACCrypto
 
 final class Argon2idTests: XCTestCase {
     private let passcode = SecureBytes(copying: Array("correct horse battery staple".utf8))
     private let salt: [UInt8] = Array(0..<16)
+
+    /// The default cost of new seeds is libsodium's MODERATE: 3 passes over 256 MiB.
+    func testModerateCostIsLibsodiumModerate() {
+        XCTAssertEqual(Argon2id.Cost.moderate.opsLimit, 3)
+        XCTAssertEqual(Argon2id.Cost.moderate.memLimit, 256 << 20)
+    }
+
+    /// The figures of docs/FORMAT.md ("What a passcode costs an attacker"): the time of one
+    /// derivation at each cost, median of 5. Opt-in (ACSECURE_MEASURE_ARGON2ID=1): it takes seconds.
+    func testMeasureDerivationTime() throws {
+        guard let v = getenv("ACSECURE_MEASURE_ARGON2ID"), String(cString: v) == "1" else {
+            throw XCTSkip("set ACSECURE_MEASURE_ARGON2ID=1 to measure")
+        }
+        let pin = SecureBytes(copying: Array("123456".utf8))
+        for (name, cost) in [("interactive", Argon2id.Cost.interactive), ("moderate", .moderate)] {
+            var times: [Double] = []
+            for _ in 0..<5 {
+                let start = DispatchTime.now().uptimeNanoseconds
+                _ = try Argon2id.deriveKey(passcode: pin, salt: salt, cost: cost)
+                times.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+            }
+            let median = times.sorted()[2]
+            print("Argon2id \(name) (ops \(cost.opsLimit), \(cost.memLimit >> 20) MiB): median \(String(format: "%.3f", median)) s "
+                  + "of \(times.map { String(format: "%.3f", $0) }); 10^6 PINs: \(String(format: "%.0f", median * 1e6)) core-seconds")
+        }
+    }
 
     func testSaltSizeIsSixteen() {
         XCTAssertEqual(Argon2id.saltSize, 16)

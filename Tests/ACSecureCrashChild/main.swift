@@ -1,6 +1,7 @@
 // The child process of CrashConsistencyTests: writes to one secure file until it is SIGKILLed.
 //
 //     ACSecureCrashChild <store directory> <file> <seed> <operations>
+//     ACSecureCrashChild --harden          (ProcessHardeningTests, see below)
 //
 // Protocol on stdout, one line per event, each written with a single write(2) so the parent sees
 // exactly what was started:
@@ -54,6 +55,24 @@ if args.count == 5, args[1] == "writeback-exit" {
         exit(1)
     }
 }
+// `ACSecureCrashChild --harden`, for ProcessHardeningTests: the core limit and dumpable flag before
+// and after ProcessHardening.apply(), as read back from the kernel:
+//     before <core soft> <core hard> <dumpable>
+//     after <core soft> <core hard> <dumpable>
+if args.count == 2 && args[1] == "--harden" {
+    do {
+        let before = try ProcessHardening.current()
+        emit("before \(before.coreLimit.soft) \(before.coreLimit.hard) \(before.dumpable)")
+        try ProcessHardening.apply()
+        let after = try ProcessHardening.current()
+        emit("after \(after.coreLimit.soft) \(after.coreLimit.hard) \(after.dumpable)")
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+}
+
 guard args.count == 5, let seed = UInt64(args[3]), let operations = Int(args[4]) else {
     emit("E usage: ACSecureCrashChild <store> <file> <seed> <operations>")
     exit(2)

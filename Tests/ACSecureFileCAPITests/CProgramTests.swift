@@ -79,6 +79,16 @@ final class CProgramTests: XCTestCase {
         XCTAssertTrue(output.contains(" 0 failed"), output)
     }
 
+    /// ACSecureHardenProcess in a process of its own (Tests/CDifferential/harden.c reads the core
+    /// limit and the dumpable flag back from the kernel).
+    func testHardenProcessProgram() throws {
+        let dir = try temporaryDirectory()
+        let exe = try build("Tests/CDifferential/harden.c", dir + "/harden")
+        let (status, output) = try run(exe, [])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(output.contains("after: core limit 0/0, dumpable 0"), output)
+    }
+
     func testDifferentialProgram() throws {
         let dir = try temporaryDirectory()
         let exe = try build("Tests/CDifferential/differential.c", dir + "/differential")
@@ -94,7 +104,18 @@ final class CProgramTests: XCTestCase {
         let env = ["ACSECURE_HOME": dir + "/store", "ACSECURE_APP_ID": "c-examples"]
         let plain = (0..<100_003).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 7) }
         try Data(plain).write(to: URL(fileURLWithPath: dir + "/plain"))
+        // No store yet: a file call does not create one (issue 15, finding 6) ...
         var (status, output) = try run(copy, [dir + "/plain", dir + "/secure"], environment: env)
+        XCTAssertNotEqual(status, 0, "a file call created a store: \(output)")
+        XCTAssertTrue(output.contains(String(cString: strerror(EACCES))), "EACCES (ACE_NO_KEYS_ERROR): \(output)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/store"), "no store was created")
+        // ... nor invents an app ID.
+        (status, output) = try run(copy, [dir + "/plain", dir + "/secure"],
+                                   environment: ["ACSECURE_HOME": dir + "/store", "ACSECURE_CREATE_STORE": "1", "ACSECURE_APP_ID": ""])
+        XCTAssertNotEqual(status, 0, "an app ID was invented: \(output)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/store"), "no store was created")
+        // Asked for explicitly, it is.
+        (status, output) = try run(copy, [dir + "/plain", dir + "/secure"], environment: env.merging(["ACSECURE_CREATE_STORE": "1"]) { $1 })
         XCTAssertEqual(status, 0, output)
         let raw = try Data(contentsOf: URL(fileURLWithPath: dir + "/secure"))
         XCTAssertNil(raw.range(of: Data(plain[1000..<1064])), "the secure file holds plaintext")

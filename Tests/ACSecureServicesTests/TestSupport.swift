@@ -38,8 +38,10 @@ func readBytes(_ path: String) -> [UInt8]? {
     FileManager.default.contents(atPath: path).map { [UInt8]($0) }
 }
 
+/// Writes a file private to the user (0600), as the store requires of its seed.
 func writeBytes(_ path: String, _ bytes: [UInt8]) {
     precondition(FileManager.default.createFile(atPath: path, contents: Data(bytes)), "cannot write \(path)")
+    precondition(chmod(path, 0o600) == 0, "cannot chmod \(path)")
 }
 
 /// Base class: a temporary root per test, and assertion helpers for `SecureServicesError` codes.
