@@ -33,16 +33,25 @@ struct TypeChecker {
     }
 
     /// The compiler's error lines for `snippet` (with the imports added); empty if it compiles.
+    /// Every C module the Swift modules may need: the system libraries' module maps in Sources/ and
+    /// the ones SwiftPM generated for the C targets (`<target>.build/module.modulemap` beside Modules/).
+    var moduleMaps: [String] {
+        let fm = FileManager.default
+        let sources = (try? fm.contentsOfDirectory(atPath: packageRoot + "/Sources")) ?? []
+        let declared = sources.map { "\(packageRoot)/Sources/\($0)/module.modulemap" }
+        let buildDirectory = URL(fileURLWithPath: modules).deletingLastPathComponent().path
+        let built = ((try? fm.contentsOfDirectory(atPath: buildDirectory)) ?? [])
+            .filter { $0.hasSuffix(".build") }.map { "\(buildDirectory)/\($0)/module.modulemap" }
+        return (declared + built).filter { fm.fileExists(atPath: $0) }.sorted()
+    }
+
     func errors(in snippet: String, imports: [String] = ["Foundation", "ACSecureFoundation"]) throws -> [String] {
         let source = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-typecheck-\(getpid())-\(UUID().uuidString).swift")
         try (imports.map { "import \($0)" }.joined(separator: "\n") + "\n" + snippet + "\n").write(to: source, atomically: true, encoding: .utf8)
         defer { unlink(source.path) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: swiftc)
-        process.arguments = ["-typecheck", "-I", modules,
-                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CLibCrypto/module.modulemap",
-                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CSodium/module.modulemap",
-                             source.path]
+        process.arguments = ["-typecheck", "-I", modules] + moduleMaps.flatMap { ["-Xcc", "-fmodule-map-file=\($0)"] } + [source.path]
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
