@@ -41,9 +41,12 @@
  *   mode (ACSECURE_OPEN_SHARED, or ACSECURE_MULTIPROCESS=1).
  *
  * Secure services
- *   Keys come from secure services (ACSecureServices.h). A program that never calls an
- *   ACSecureServices* function still works: the first secure call starts them from the
- *   environment (ACSECURE_APP_ID, ACSECURE_HOME and, for tests and CI only, ACSECURE_PASSCODE).
+ *   Keys come from secure services (ACSecureServices.h). Start them with ACSecureServicesStart (or
+ *   ACSecureServicesStartWithOptions). A program that never calls an ACSecureServices* function
+ *   starts them from the environment at its first secure call: ACSECURE_APP_ID is required (no app
+ *   ID is invented), ACSECURE_HOME names the store; a missing store is created only with
+ *   ACSECURE_CREATE_STORE=1; ACSECURE_PASSCODE (tests and CI only) unlocks it and requires it to
+ *   be protected by a passcode. Without them the call fails with EACCES (ACE_NO_KEYS_ERROR).
  *
  * Thread safety
  *   - All functions may be called from any thread.

@@ -139,7 +139,7 @@ struct Passwd: ParsableCommand {
     @Flag(help: "Remove the passcode (the seed is then protected by file permissions only).") var remove = false
 
     func run() throws {
-        let services = try global.openServicesLocked()
+        let services = try global.openServicesLocked(passcodeChange: true)
         let old: SecureBytes? = services.isPasscodeSet ? try global.currentPasscode() : nil
         var new: SecureBytes?
         if !remove {

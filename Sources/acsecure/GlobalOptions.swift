@@ -51,12 +51,18 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// The store's services, without asking for anything: unavailable when a passcode is needed.
-    func openServicesLocked() throws(CLIError) -> SecureServices {
+    /// - Parameter passcodeChange: `passwd` may remove the passcode, so it does not require the store
+    ///   to stay protected; every other command does when `ACSECURE_PASSCODE` is set.
+    func openServicesLocked(passcodeChange: Bool = false) throws(CLIError) -> SecureServices {
         guard storeExists else {
             throw CLIError(.noKeys, "no store at \(storeDirectory) (run `acsecure init`, or pass --store / set ACSECURE_HOME) (\(ACErrorCode.noKeys.name))")
         }
         do {
-            return try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: nil)
+            // A passcode in the environment means this store must be protected by one: a planted
+            // unprotected seed is refused instead of silently used.
+            let passcodeConfigured = !passcodeChange && Passcode.fromEnvironment("ACSECURE_PASSCODE") != nil
+            return try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: nil,
+                                      requireProtectedStore: passcodeConfigured)
         } catch {
             throw CLIError(error, store: storeDirectory)
         }

@@ -2,9 +2,16 @@
 import Glibc
 #endif
 import ArgumentParser
+import ACSecureServices
 
 // Parse and run by hand rather than with `@main`: argument-parser's own `main()` exits with 64 for
 // usage errors, and acsecure documents its own exit codes (see `ExitStatus`).
+// No core dumps and not ptrace-attachable by other processes of the user: keys and plaintext
+// pass through this process's memory (docs/FORMAT.md "Keys in memory").
+do { try ProcessHardening.apply() } catch {
+    writeStderr("acsecure: warning: cannot harden the process (\(error)); continuing\n")
+}
+
 do {
     var command = try ACSecureCommand.parseAsRoot()
     try command.run()

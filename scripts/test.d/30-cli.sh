@@ -326,6 +326,8 @@ expect "files readable after passwd" cmp -s out plain.txt
 STDIN=<(printf 'wrong\nwhatever\n') run 3 "passwd with a wrong old passcode" passwd --passcode-stdin
 run 0 "passwd --remove" passwd --remove
 ACSECURE_PASSCODE= run 0 "no passcode needed after --remove" cat a.acsf
+run 3 "a passcode still configured after --remove refuses the now unprotected store" cat a.acsf
+unset ACSECURE_PASSCODE
 
 # --- demo on its own embedded store
 mkdir -p "$work/tmp"
@@ -358,6 +360,14 @@ if command -v script >/dev/null 2>&1; then
 else
   echo "  skip  terminal prompts (no script(1))"
 fi
+
+# --- a planted unprotected seed is refused when a passcode is configured
+planted="$work/planted-store"
+ACSECURE_HOME="$planted" ACSECURE_PASSCODE= run 0 "init a store without a passcode (the planted one)" init
+ACSECURE_HOME="$planted" ACSECURE_PASSCODE= STDIN=plain.txt run 0 "write with the planted store's keys" write planted.acsf
+ACSECURE_HOME="$planted" ACSECURE_PASSCODE="$PASS1" run 3 "with ACSECURE_PASSCODE set, an unprotected store is refused" cat planted.acsf
+expect "the refusal says the store is not protected" grep -qi "protect\|passcode" err
+clean_output "planted seed refused"
 
 # --- retire
 run 1 "retire refuses without confirmation" retire
