@@ -51,7 +51,7 @@ final class SecureFileConcurrencyTests: XCTestCase {
         let env = try TestEnvironment()
         let path = env.path("one-handle")
         let file = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
-        let results = Mutex<[Int: ([UInt8], [String])]>([:])
+        let results = LockedValue<[Int: ([UInt8], [String])]>([:])
         DispatchQueue.concurrentPerform(iterations: Self.threads) { t in
             let r = Self.hammer(thread: t, iterations: 300, file: file)
             results.withLock { $0[t] = r }
@@ -69,7 +69,7 @@ final class SecureFileConcurrencyTests: XCTestCase {
         let path = env.path("many-handles")
         try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services).close()
         let services = env.services
-        let results = Mutex<[Int: ([UInt8], [String])]>([:])
+        let results = LockedValue<[Int: ([UInt8], [String])]>([:])
         DispatchQueue.concurrentPerform(iterations: Self.threads) { t in
             do {
                 let file = try SecureFile.open(path, flags: O_RDWR, services: services)
@@ -96,7 +96,7 @@ final class SecureFileConcurrencyTests: XCTestCase {
         let started = Atomic<Int>(0)
         let locked = Atomic<Bool>(false)
         struct ThreadResult { var model: [UInt8]; var failures: [String]; var noKeys = 0; var okAfterLock = 0 }
-        let results = Mutex<[Int: ThreadResult]>([:])
+        let results = LockedValue<[Int: ThreadResult]>([:])  // a pthread lock: ThreadSanitizer sees it
         let group = DispatchGroup()
         for t in 0..<Self.threads {
             group.enter()
