@@ -54,7 +54,7 @@ let package = Package(
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
-        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "fuzz/Harness"),
+        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.

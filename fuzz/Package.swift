@@ -18,6 +18,8 @@ let package = Package(
     products: [
         .executable(name: "FuzzSecureFileParse", targets: ["FuzzSecureFileParse"]),
         .executable(name: "FuzzOperationSequence", targets: ["FuzzOperationSequence"]),
+        .executable(name: "FuzzSeedStoreParse", targets: ["FuzzSeedStoreParse"]),
+        .executable(name: "FuzzCryptoBlockParse", targets: ["FuzzCryptoBlockParse"]),
     ],
     dependencies: [
         .package(path: ".."),
@@ -26,6 +28,8 @@ let package = Package(
         .target(name: "FuzzHarness", dependencies: [.product(name: "ACSecureFileKit", package: parentIdentity)], path: "Harness"),
         .executableTarget(name: "FuzzSecureFileParse", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzOperationSequence", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzSeedStoreParse", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzCryptoBlockParse", dependencies: ["FuzzHarness"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -18,6 +18,10 @@ public enum Sys {
     /// crash tests use it to tear a write at a given sector.
     nonisolated(unsafe) public static var transferFaultInjector: (@Sendable (Call, _ count: Int, _ offset: Int64) -> Fault?)?
 
+    /// Set by `SecureFileTesting.useMemoryFileSystem(_:)`: every call below goes to this in-memory
+    /// file system instead of the kernel (fault injection still applies first).
+    nonisolated(unsafe) static var memory: MemoryFileSystem?
+
     @inline(__always) static func fault(_ call: Call, _ count: Int = 0, _ offset: Int64 = 0) -> Fault? {
         if let injector = transferFaultInjector, let f = injector(call, count, offset) { return f }
         guard let injector = faultInjector else { return nil }
@@ -26,6 +30,7 @@ public enum Sys {
 
     static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
         if case .fail(let e)? = fault(.open) { return .failure(Errno(e)) }
+        if let memory { return memory.open(path, flags, mode) }
         while true {
             let fd = Glibc.open(path, flags, mode)
             if fd >= 0 { return .success(fd) }
@@ -42,6 +47,13 @@ public enum Sys {
             case .fail(let e)?: return .failure(Errno(e))
             case .short(let n)?: want = min(want, max(n, 1))
             case nil: break
+            }
+            if let memory {
+                switch memory.pread(fd, UnsafeMutableRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) {
+                case .success(let n) where n > 0: done += n; continue
+                case .success: return .success(done)
+                case .failure(let e): return .failure(e)
+                }
             }
             let n = Glibc.pread(fd, buf + done, want, off_t(offset) + off_t(done))
             if n > 0 { done += n; continue }
@@ -62,6 +74,12 @@ public enum Sys {
             case .short(let n)?: want = min(want, max(n, 1))
             case nil: break
             }
+            if let memory {
+                switch memory.pwrite(fd, UnsafeRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) {
+                case .success(let n): done += n; continue
+                case .failure(let e): return .failure(e)
+                }
+            }
             let n = Glibc.pwrite(fd, buf + done, want, off_t(offset) + off_t(done))
             if n >= 0 { done += n; continue }
             if errno == EINTR { continue }
@@ -72,12 +90,14 @@ public enum Sys {
 
     static func fstat(_ fd: Int32) -> Result<stat, Errno> {
         if case .fail(let e)? = fault(.fstat) { return .failure(Errno(e)) }
+        if let memory { return memory.fstat(fd) }
         var st = stat()
         return Glibc.fstat(fd, &st) == 0 ? .success(st) : .failure(Errno(errno))
     }
 
     static func ftruncate(_ fd: Int32, _ length: Int64) -> Result<Void, Errno> {
         if case .fail(let e)? = fault(.ftruncate) { return .failure(Errno(e)) }
+        if let memory { return memory.ftruncate(fd, length) }
         while true {
             if Glibc.ftruncate(fd, off_t(length)) == 0 { return .success(()) }
             if errno != EINTR { return .failure(Errno(errno)) }
@@ -86,6 +106,7 @@ public enum Sys {
 
     static func fsync(_ fd: Int32) -> Result<Void, Errno> {
         if case .fail(let e)? = fault(.fsync) { return .failure(Errno(e)) }
+        if let memory { return memory.sync(fd) }
         while true {
             if Glibc.fsync(fd) == 0 { return .success(()) }
             if errno != EINTR { return .failure(Errno(errno)) }
@@ -94,6 +115,7 @@ public enum Sys {
 
     static func fdatasync(_ fd: Int32) -> Result<Void, Errno> {
         if case .fail(let e)? = fault(.fdatasync) { return .failure(Errno(e)) }
+        if let memory { return memory.sync(fd) }
         while true {
             if Glibc.fdatasync(fd) == 0 { return .success(()) }
             if errno != EINTR { return .failure(Errno(errno)) }
@@ -101,22 +123,30 @@ public enum Sys {
     }
 
     static func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
+        if let memory { return memory.clearNonblocking(fd) }
         let flags = fcntl(fd, F_GETFL)
         guard flags >= 0, fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 else { return .failure(Errno(errno)) }
         return .success(())
     }
 
     static func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {
-        fcntl(fd, F_SETFD, 0) == 0 ? .success(()) : .failure(Errno(errno))
+        if let memory { return memory.clearCloseOnExec(fd) }
+        return fcntl(fd, F_SETFD, 0) == 0 ? .success(()) : .failure(Errno(errno))
     }
 
     static func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
         if case .fail(let e)? = fault(.rename) { return .failure(Errno(e)) }
+        if let memory { return memory.rename(old, new) }
         return Glibc.rename(old, new) == 0 ? .success(()) : .failure(Errno(errno))
     }
 
     /// Closes once; `EINTR` from close is not retried (on Linux the descriptor is already gone).
     static func close(_ fd: Int32) -> Result<Void, Errno> {
+        if let memory {
+            let closed = memory.close(fd)
+            if case .fail(let e)? = fault(.close) { return .failure(Errno(e)) }
+            return closed
+        }
         if case .fail(let e)? = fault(.close) { _ = Glibc.close(fd); return .failure(Errno(e)) }
         return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
     }
@@ -125,6 +155,7 @@ public enum Sys {
     /// OFD locks belong to the descriptor, so threads and other descriptors of this process are
     /// excluded too (the engine's own mutex already serialises them).
     static func lockFile(_ fd: Int32, _ type: Int16) -> Result<Void, Errno> {
+        if let memory { return memory.sync(fd) }  // one process: only the descriptor is checked
         var fl = flock()
         fl.l_type = type
         fl.l_whence = Int16(SEEK_SET)
@@ -139,21 +170,23 @@ public enum Sys {
 
     /// Free bytes for an unprivileged writer on the file system of `fd`.
     static func availableBytes(_ fd: Int32) -> Result<Int64, Errno> {
+        if let memory { return memory.sync(fd).map { MemoryFileSystem.maxFileSize } }
         var s = statvfs()
         guard fstatvfs(fd, &s) == 0 else { return .failure(Errno(errno)) }
         return .success(Int64(s.f_bavail) * Int64(s.f_frsize))
     }
 
     static func dup(_ fd: Int32) -> Result<Int32, Errno> {
+        if let memory { return memory.dup(fd) }
         let n = fcntl(fd, F_DUPFD_CLOEXEC, 0)
         return n >= 0 ? .success(n) : .failure(Errno(errno))
     }
 }
 
 /// A POSIX error number.
-struct Errno: Error, Equatable {
-    var rawValue: Int32
-    init(_ v: Int32) { rawValue = v }
+@_spi(Testing) public struct Errno: Error, Equatable {
+    public var rawValue: Int32
+    public init(_ v: Int32) { rawValue = v }
 }
 
 /// Test hooks: fault injection into the engine's system calls.

@@ -47,7 +47,11 @@ struct SeedStore {
 
     func load() throws(SecureServicesError) -> Sealed {
         try checkDirectoryIsPrivate()
-        let bytes = try readSeedFile()
+        return try Self.parse(try readSeedFile(), seedPath: seedPath)
+    }
+
+    /// Parses the bytes of a seed file (untrusted: the fuzz target FuzzSeedStoreParse feeds it).
+    static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
         guard bytes.count >= 6, Array(bytes[0..<4]) == Self.magic else {
             throw SecureServicesError(.corruptStore, "\(seedPath): not a secure services seed file")
         }

@@ -26,13 +26,20 @@ final class FuzzReplayTests: XCTestCase {
         return names.sorted().map { ("\(folder)/\($0)", readWholeFile(dir + "/" + $0)) }
     }
 
+    /// Every fuzz target (fuzz/Sources/<name>) and its logic.
+    static let targets: [(String, @Sendable ([UInt8]) -> FuzzFinding?)] = [
+        ("FuzzSecureFileParse", SecureFileParseFuzzer.run), ("FuzzOperationSequence", OperationSequenceFuzzer.run),
+        ("FuzzSeedStoreParse", SeedStoreParseFuzzer.run), ("FuzzCryptoBlockParse", CryptoBlockParseFuzzer.run),
+    ]
+
     func testReplayFailCasesAndCorpus() throws {
         XCTAssertEqual(access(Self.fuzzDirectory + "/Corpus/FuzzSecureFileParse", F_OK), 0, "fuzz/Corpus is missing")
         var replayed = 0
-        for target in ["FuzzSecureFileParse", "FuzzOperationSequence"] {
+        for (target, run) in Self.targets {
+            XCTAssertFalse(inputs("Corpus/\(target)").isEmpty, "fuzz/Corpus/\(target) is empty")
             for folder in ["FailCases/\(target)", "Corpus/\(target)"] {
                 for (name, bytes) in inputs(folder) {
-                    let finding = target == "FuzzSecureFileParse" ? SecureFileParseFuzzer.run(bytes) : OperationSequenceFuzzer.run(bytes)
+                    let finding = run(bytes)
                     XCTAssertNil(finding, "\(name): \(finding.map { "\($0)" } ?? "")")
                     replayed += 1
                 }
@@ -53,6 +60,12 @@ final class FuzzReplayTests: XCTestCase {
         for i in 0..<300 {
             let input = randomBytes(Int.random(in: 0...250, using: &rng), &rng)
             if let f = OperationSequenceFuzzer.run(input) { XCTFail("operation input \(i): \(f)"); break }
+        }
+        for i in 0..<3000 {
+            var input = randomBytes(Int.random(in: 0...120, using: &rng), &rng)
+            if i % 3 != 0, !input.isEmpty { input[0] |= 1 }  // mostly edits of valid files
+            if let f = SeedStoreParseFuzzer.run(input) { XCTFail("seed file input \(i): \(f)"); break }
+            if let f = CryptoBlockParseFuzzer.run(input) { XCTFail("crypto block input \(i): \(f)"); break }
         }
     }
 }

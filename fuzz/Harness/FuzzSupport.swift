@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ACSecureFileCore
+@_spi(Testing) import ACSecureFileCore
 
 /// A fuzz finding: what went wrong, never the plaintext or key bytes.
 public struct FuzzFinding: Error, CustomStringConvertible {
@@ -49,6 +49,22 @@ enum FuzzScratch {
     }
 }
 
+/// The fuzzers' files live in memory (`MemoryFileSystem` behind the engine's `Sys` layer): no
+/// system call per operation, so a target runs thousands of inputs per second. Each run installs the
+/// file system for its own duration only (the unit tests replay inputs in a process that also runs
+/// tests on real files) and starts from an empty one.
+enum FuzzFileSystem {
+    static let shared = MemoryFileSystem()
+
+    static func run<R>(fresh: Bool = true, _ body: (MemoryFileSystem) -> R) -> R {
+        let previous = SecureFileTesting.memoryFileSystem
+        if fresh { shared.removeAll() }
+        SecureFileTesting.useMemoryFileSystem(shared)
+        defer { SecureFileTesting.useMemoryFileSystem(previous) }
+        return body(shared)
+    }
+}
+
 /// Reads fuzz input bytes front to back; past the end every read is 0.
 struct ByteCursor {
     let bytes: [UInt8]
@@ -60,32 +76,6 @@ struct ByteCursor {
         return position < bytes.count ? bytes[position] : 0
     }
     mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
-}
-
-func writeFileBytes(_ path: String, _ bytes: [UInt8]) -> Bool {
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-    guard fd >= 0 else { return false }
-    defer { close(fd) }
-    var done = 0
-    while done < bytes.count {
-        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
-        if n <= 0 { return false }
-        done += n
-    }
-    return true
-}
-
-func readFileBytes(_ path: String) -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return [] }
-    defer { close(fd) }
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n <= 0 { return out }
-        out += buf[0..<n]
-    }
 }
 
 /// Reads a whole secure file from offset 0 with preads of `step` bytes.

@@ -3,11 +3,12 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
-import ACSecureFileCore
+@_spi(Testing) import ACSecureFileCore
 
 /// Fuzz target 2: the input decodes to a sequence of open / read / write / pread / pwrite / readv /
 /// writev / lseek / ftruncate / fsync / close / reopen / lock / unlock calls, applied to a plain file
-/// (POSIX) and to a secure file (the engine). Results, errno values and bytes must match; while
+/// (POSIX, modelled by `MemoryFileSystem`, itself checked against the kernel by MemoryFileSystemTests)
+/// and to a secure file (the engine, on the same in-memory file system). Results, errno values and bytes must match; while
 /// services are locked every secure call but close must fail (`ACE_NO_KEYS_ERROR`, or the access
 /// error POSIX would give first) and change nothing. At the end the secure file, reopened, must hold
 /// exactly the plain file's bytes.
@@ -26,7 +27,7 @@ public enum OperationSequenceFuzzer {
         do {
             services = try SecureServices(appID: "com.example.fuzz", storeDirectory: FuzzScratch.path("store"), argonCost: .minimum)
         } catch { fatalError("cannot create the fuzzing store: \(error)") }
-        let s = State(services: services, plainPath: FuzzScratch.path("ops-plain"), securePath: FuzzScratch.path("ops-secure"))
+        let s = State(services: services, plainPath: "/fuzz/ops-plain", securePath: "/fuzz/ops-secure")
         cached = s
         return s
     }
@@ -46,24 +47,27 @@ public enum OperationSequenceFuzzer {
     static let openModes: [Int32] = [O_RDWR | O_CREAT, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND,
                                      O_RDWR | O_TRUNC, O_RDWR | O_CREAT | O_EXCL]
     static let maxOperations = 64
+    /// Written bytes are slices of this (longer than the longest `length()`, at an offset that depends
+    /// on the step and the length), so misplaced bytes show; slicing is cheaper than generating them.
+    static let pattern: [UInt8] = (0..<(16_400 + 256)).map { UInt8(truncatingIfNeeded: $0 &* 131 ^ $0 >> 8) }
 
     /// Runs one input. Returns a finding, or nil when both files behaved the same.
     public static func run(_ input: [UInt8]) -> FuzzFinding? {
         let st = state
+        return FuzzFileSystem.run { fs in run(input, st, fs) }
+    }
+
+    static func run(_ input: [UInt8], _ st: State, _ fs: MemoryFileSystem) -> FuzzFinding? {
         let services = st.services
         if services.availability != .available {
             do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
         }
-        unlink(st.plainPath)
-        unlink(st.securePath)
         var pairs: [Pair] = []
         var locked = false
         var log: [String] = []
         defer {
-            for p in pairs { close(p.plain); try? p.secure.close() }
+            for p in pairs { _ = fs.close(p.plain); try? p.secure.close() }
             if services.availability != .available { try? services.unlock(passcode: nil) }
-            unlink(st.plainPath)
-            unlink(st.securePath)
         }
         var c = ByteCursor(input)
         var step = 0
@@ -73,7 +77,12 @@ public enum OperationSequenceFuzzer {
                 return (.failure(-1), SecureFileError(code: .internalError, message: "not a SecureFileError: \(error)"))
             }
         }
-        func plain(_ r: Int) -> Outcome { r < 0 ? .failure(errno) : .value(Int64(r)) }
+        func plain<T: BinaryInteger>(_ r: Result<T, Errno>) -> Outcome {
+            switch r {
+            case .success(let v): return .value(Int64(v))
+            case .failure(let e): return .failure(e.rawValue)
+            }
+        }
         func mismatch(_ what: String, _ a: Outcome, _ b: Outcome) -> FuzzFinding {
             FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.suffix(20).joined(separator: "\n"))
         }
@@ -97,8 +106,8 @@ public enum OperationSequenceFuzzer {
             }
         }
         func data(_ n: Int) -> [UInt8] {
-            let seed = UInt8(truncatingIfNeeded: step &* 37 &+ n)
-            return (0..<max(n, 0)).map { UInt8(truncatingIfNeeded: $0 &* 131) ^ seed }
+            let start = (step &* 37 &+ n) & 0xFF
+            return Array(pattern[start..<start + max(n, 0)])
         }
         func openPair(_ flags: Int32) -> FuzzFinding? {
             let r = secure { () throws -> Int64 in
@@ -110,12 +119,13 @@ public enum OperationSequenceFuzzer {
                 if case .value = r.0 { return FuzzFinding("step \(step) open succeeded while services were locked") }
                 return r.1?.code == .noKeys ? nil : FuzzFinding("step \(step) open while locked: \(r.1.map { $0.code.name } ?? "?")")
             }
-            let p = open(st.plainPath, flags | O_CLOEXEC, 0o600)
-            let a: Outcome = p < 0 ? .failure(errno) : .value(0)
+            let opened = fs.open(st.plainPath, flags | O_CLOEXEC, 0o600)
+            let p = (try? opened.get()) ?? -1
+            let a: Outcome = plain(opened.map { _ in 0 })
             log.append("open(\(String(flags, radix: 8))) -> \(a)")
             if case .value = r.0 { pairs[pairs.count - 1].plain = p }
             if a != r.0 {
-                if p >= 0 { close(p) }
+                if p >= 0 { _ = fs.close(p) }
                 return mismatch("open(\(String(flags, radix: 8)))", a, r.0)
             }
             return nil
@@ -137,7 +147,7 @@ public enum OperationSequenceFuzzer {
                 let bytes = data(length())
                 let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.write(x) }) }
                 if locked { finding = expectLockedFailure("write", b); break }
-                let a = plain(bytes.withUnsafeBytes { write(pair.plain, $0.baseAddress, $0.count) })
+                let a = plain(bytes.withUnsafeBytes { fs.writev(pair.plain, [$0]) })
                 log.append("\(step) write[\(i)](\(bytes.count)) -> \(a)")
                 if a != b.0 { finding = mismatch("write(\(bytes.count))", a, b.0) }
             case 3, 4:  // pwrite
@@ -145,7 +155,7 @@ public enum OperationSequenceFuzzer {
                 let at = offset()
                 let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.pwrite(x, at: at) }) }
                 if locked { finding = expectLockedFailure("pwrite", b); break }
-                let a = plain(bytes.withUnsafeBytes { pwrite(pair.plain, $0.baseAddress, $0.count, off_t(at)) })
+                let a = plain(bytes.withUnsafeBytes { fs.pwrite(pair.plain, $0, at) })
                 log.append("\(step) pwrite[\(i)](\(bytes.count) @ \(at)) -> \(a)")
                 if a != b.0 { finding = mismatch("pwrite(\(bytes.count) @ \(at))", a, b.0) }
             case 5, 6:  // read / pread
@@ -160,8 +170,8 @@ public enum OperationSequenceFuzzer {
                 }
                 if locked { finding = expectLockedFailure("read", b); break }
                 let a = plain(pb.withUnsafeMutableBytes { x in
-                    if let at { return pread(pair.plain, x.baseAddress, x.count, off_t(at)) }
-                    return read(pair.plain, x.baseAddress, x.count)
+                    if let at { return fs.pread(pair.plain, x, at) }
+                    return fs.readv(pair.plain, [x])
                 })
                 log.append("\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)")
                 if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
@@ -175,8 +185,8 @@ public enum OperationSequenceFuzzer {
                         return Int64(try withExtendedLifetime(datas) { () throws -> Int in try pair.secure.writev(bufs) })
                     }
                     if locked { finding = expectLockedFailure("writev", b); break }
-                    var iov = datas.map { d in iovec(iov_base: UnsafeMutableRawPointer(mutating: d.withUnsafeBytes { $0.baseAddress }), iov_len: d.count) }
-                    let a = plain(withExtendedLifetime(datas) { writev(pair.plain, &iov, Int32(iov.count)) })
+                    let bufs = datas.map { d in d.withUnsafeBytes { $0 } }
+                    let a = plain(withExtendedLifetime(datas) { fs.writev(pair.plain, bufs) })
                     log.append("\(step) writev[\(i)](\(sizes)) -> \(a)")
                     if a != b.0 { finding = mismatch("writev(\(sizes))", a, b.0) }
                 } else {
@@ -192,8 +202,8 @@ public enum OperationSequenceFuzzer {
                     if locked { finding = expectLockedFailure("readv", b); break }
                     let a = plain(pb.withUnsafeMutableBytes { x in
                         var o = 0
-                        var iov = sizes.map { s in defer { o += s }; return iovec(iov_base: x.baseAddress.map { $0 + o }, iov_len: s) }
-                        return readv(pair.plain, &iov, Int32(iov.count))
+                        let bufs = sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(start: x.baseAddress.map { $0 + o }, count: s) }
+                        return fs.readv(pair.plain, bufs)
                     })
                     log.append("\(step) readv[\(i)](\(sizes)) -> \(a)")
                     if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
@@ -204,14 +214,14 @@ public enum OperationSequenceFuzzer {
                 let off = whence == SEEK_SET ? offset() : Int64(c.u16()) - 32768
                 let b = secure { () throws -> Int64 in try pair.secure.seek(off, whence: whence) }
                 if locked { finding = expectLockedFailure("lseek", b); break }
-                let a = plain(Int(lseek(pair.plain, off_t(off), whence)))
+                let a = plain(fs.lseek(pair.plain, off, whence))
                 log.append("\(step) lseek[\(i)](\(off), \(whence)) -> \(a)")
                 if a != b.0 { finding = mismatch("lseek(\(off), \(whence))", a, b.0) }
             case 10:  // ftruncate
                 let len = c.u8() == 0 ? -1 : offset()
                 let b = secure { () throws -> Int64 in try pair.secure.truncate(to: len); return 0 }
                 if locked { finding = expectLockedFailure("ftruncate", b); break }
-                let a = plain(Int(ftruncate(pair.plain, off_t(len))))
+                let a = plain(fs.ftruncate(pair.plain, len).map { 0 })
                 log.append("\(step) ftruncate[\(i)](\(len)) -> \(a)")
                 if a != b.0 { finding = mismatch("ftruncate(\(len))", a, b.0) }
             case 11:  // fsync / fstat
@@ -221,13 +231,12 @@ public enum OperationSequenceFuzzer {
                     try pair.secure.sync(); return 0
                 }
                 if locked { finding = expectLockedFailure(stat ? "fstat" : "fsync", b); break }
-                var s = Glibc.stat()
-                let a: Outcome = stat ? (fstat(pair.plain, &s) == 0 ? .value(Int64(s.st_size)) : .failure(errno)) : plain(Int(fsync(pair.plain)))
+                let a: Outcome = stat ? plain(fs.fstat(pair.plain).map { $0.st_size }) : plain(fs.sync(pair.plain).map { 0 })
                 log.append("\(step) \(stat ? "fstat" : "fsync")[\(i)] -> \(a)")
                 if a != b.0 { finding = mismatch(stat ? "fstat" : "fsync", a, b.0) }
             case 12, 13:  // close, or reopen with the same flags (without O_EXCL / O_TRUNC)
                 let b = secure { () throws -> Int64 in try pair.secure.close(); return 0 }
-                let a = plain(Int(close(pair.plain)))
+                let a = plain(fs.close(pair.plain).map { 0 })
                 pairs.remove(at: i)
                 log.append("\(step) close[\(i)] -> \(a)")
                 if a != b.0 { finding = mismatch("close", a, b.0); break }
@@ -249,15 +258,14 @@ public enum OperationSequenceFuzzer {
             do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
         }
         for p in pairs {
-            close(p.plain)
+            _ = fs.close(p.plain)
             do { try p.secure.close() } catch { return FuzzFinding("final close failed: \(error.code.name) \(error.message)") }
         }
         pairs.removeAll()
         // What reached the disk, read back through a fresh open, equals the plain file.
-        let expected = readFileBytes(st.plainPath)
-        var st2 = stat()
-        if lstat(st.securePath, &st2) != 0 {
-            return expected.isEmpty && access(st.plainPath, F_OK) != 0 ? nil : FuzzFinding("secure file missing at the end")
+        let expected = fs.contents(st.plainPath) ?? []
+        if fs.contents(st.securePath) == nil {
+            return expected.isEmpty && fs.contents(st.plainPath) == nil ? nil : FuzzFinding("secure file missing at the end")
         }
         do {
             let f = try SecureFile.open(st.securePath, flags: O_RDONLY, services: services)

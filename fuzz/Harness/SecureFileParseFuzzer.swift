@@ -3,7 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
-import ACSecureFileCore
+@_spi(Testing) import ACSecureFileCore
 
 /// Fuzz target 1: untrusted bytes as a secure file (header, chunks, trailer), opened and read with
 /// the right key. The only acceptable outcomes are the original plaintext (at the offsets read) or
@@ -11,7 +11,8 @@ import ACSecureFileCore
 /// reads without error) is a finding. Crashes and hangs are caught by libFuzzer and ASan.
 ///
 /// Input: byte 0 chooses the mode. Mode 0 takes the rest as the whole file. Other modes start from a
-/// valid multi-chunk file (header ‖ 4 chunks ‖ trailer) and apply the rest as 4-byte edits: XOR a
+/// valid two-chunk file (header ‖ 2 chunks ‖ trailer; small, because a damaged end makes the engine
+/// try every end position in the file) and apply the rest as 4-byte edits: XOR a
 /// byte, cut the file, append bytes (random or copied from the file), copy 32 bytes elsewhere, or
 /// move a whole physical chunk over another one.
 public enum SecureFileParseFuzzer {
@@ -27,6 +28,7 @@ public enum SecureFileParseFuzzer {
 
     static let chunkSize = 4096
     static let physicalChunk = chunkSize + 28
+    static let chunkCount = 2
 
     static var template: Template {
         if let cached { return cached }
@@ -35,10 +37,10 @@ public enum SecureFileParseFuzzer {
         do { provider = FixedKeyProvider(kek: try KeyEncryptionKey(key: kekBytes, keyClass: .cryptoBlock)) } catch {
             fatalError("cannot make the fuzzing key: \(error)")
         }
-        // Three full chunks and a short last one; text-like, so wrong bytes would not look random.
-        let plaintext = (0..<(3 * chunkSize + 1234)).map { UInt8(truncatingIfNeeded: ($0 * 7) ^ ($0 >> 8)) }
+        // A full chunk and a short last one; text-like, so wrong bytes would not look random.
+        let plaintext = (0..<((chunkCount - 1) * chunkSize + 1234)).map { UInt8(truncatingIfNeeded: ($0 * 7) ^ ($0 >> 8)) }
         func make(_ name: String) -> [UInt8] {
-            let path = FuzzScratch.path(name)
+            let path = "/fuzz/" + name
             do {
                 let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, key: .app, services: provider)
                 _ = try plaintext.withUnsafeBytes { try f.pwrite($0, at: 0) }
@@ -46,12 +48,10 @@ public enum SecureFileParseFuzzer {
             } catch {
                 fatalError("cannot write the template secure file: \(error)")
             }
-            let bytes = readFileBytes(path)
-            unlink(path)
-            return bytes
+            return FuzzFileSystem.shared.contents(path) ?? []
         }
-        let t = Template(provider: provider, plaintext: plaintext, file: make("template-a"), other: make("template-b"),
-                         path: FuzzScratch.path("parse-input"))
+        let (a, b) = FuzzFileSystem.run { _ in (make("template-a"), make("template-b")) }
+        let t = Template(provider: provider, plaintext: plaintext, file: a, other: b, path: "/fuzz/parse-input")
         cached = t
         return t
     }
@@ -61,9 +61,10 @@ public enum SecureFileParseFuzzer {
         let t = template
         var cursor = ByteCursor(input)
         let file = cursor.isAtEnd ? [] : (cursor.u8() % 4 == 0 ? Array(input.dropFirst()) : mutate(t, &cursor))
-        guard writeFileBytes(t.path, file) else { return FuzzFinding("cannot write the input file") }
-        defer { unlink(t.path) }
-        return check(t, fileBytes: file, readStep: 61 + Int(input.last ?? 0) * 97)
+        return FuzzFileSystem.run { fs in
+            fs.setContents(t.path, file)
+            return check(t, fileBytes: file, readStep: 61 + Int(input.last ?? 0) * 97)
+        }
     }
 
     static func mutate(_ t: Template, _ c: inout ByteCursor) -> [UInt8] {
@@ -85,7 +86,7 @@ public enum SecureFileParseFuzzer {
                 if y & 1 == 0 {
                     b += (0..<Int(y)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ x) }
                 } else {
-                    let index = x % 4
+                    let index = x % chunkCount
                     let start = 128 + index * physicalChunk
                     b += t.other[start..<min(t.other.count, start + physicalChunk)]
                 }
@@ -97,7 +98,7 @@ public enum SecureFileParseFuzzer {
                 b.replaceSubrange(to..<to + 32, with: piece)
             default:  // a whole physical chunk from this or the other file over chunk y
                 let src = x & 0x100 != 0 ? t.other : t.file
-                let i = x % 4, j = Int(y) % 4
+                let i = x % chunkCount, j = Int(y) % chunkCount
                 let from = 128 + i * physicalChunk, to = 128 + j * physicalChunk
                 let n = min(physicalChunk, src.count - from, b.count - to)
                 guard n > 0 else { continue }
@@ -107,7 +108,7 @@ public enum SecureFileParseFuzzer {
         return b
     }
 
-    /// Opens and reads `fileBytes` (already on disk at `t.path`); every successful read must match.
+    /// Opens and reads `fileBytes` (already in the in-memory file system at `t.path`); every successful read must match.
     static func check(_ t: Template, fileBytes: [UInt8], readStep: Int) -> FuzzFinding? {
         let f: SecureFile
         do {
