@@ -6,19 +6,19 @@ let package = Package(
     products: [
         // Swift API: the engine, secure services and the Foundation layer.
         .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
-        // The POSIX-style C API (CShim's headers) with the engine inside: libACSecureFile.so.
-        .library(name: "ACSecureFile", type: .dynamic, targets: ["CShim", "ACSecureFileCAPI"]),
+        // The POSIX-style C API (CACSecureFile's headers) with the engine inside: libACSecureFile.so.
+        .library(name: "ACSecureFile", type: .dynamic, targets: ["CACSecureFile", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
-        .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CACSecureLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
 
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
-        .target(name: "ACCrypto", dependencies: ["CLibCrypto", "CSodium"]),
+        .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
         // The store, the seed, lock/unlock/retire and key derivation.
         .target(name: "ACSecureServices", dependencies: ["ACCrypto"]),
         // The chunked file format and the POSIX-semantics engine.
@@ -32,10 +32,10 @@ let package = Package(
         .target(name: "ACSecureSharing", dependencies: ["ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
 
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
-        .target(name: "CShim", path: "CShim"),
+        .target(name: "CACSecureFile"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
-        .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
+        .target(name: "ACSecureFileCAPI", dependencies: ["CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
 
         .executableTarget(name: "acsecure", dependencies: [
             "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
@@ -44,7 +44,7 @@ let package = Package(
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
-        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
+        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureFoundationCrashHelper"),

@@ -1,4 +1,4 @@
-import CSodium
+import CACSecureSodium
 
 /// An owned buffer for secrets: keys and plaintext caches.
 ///

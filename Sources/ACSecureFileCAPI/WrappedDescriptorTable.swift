@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Synchronization
-import CShim
+import CACSecureFile
 import ACSecureFileCore
 import ACSecureSharingCore
 

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import CShim
+import CACSecureFile
 @testable import ACSecureFileCAPI
 import ACSecureFileCore
 import ACSecureServices

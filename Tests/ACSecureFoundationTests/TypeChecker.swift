@@ -40,8 +40,8 @@ struct TypeChecker {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: swiftc)
         process.arguments = ["-typecheck", "-I", modules,
-                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CLibCrypto/module.modulemap",
-                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CSodium/module.modulemap",
+                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CACSecureLibCrypto/module.modulemap",
+                             "-Xcc", "-fmodule-map-file=\(packageRoot)/Sources/CACSecureSodium/module.modulemap",
                              source.path]
         let pipe = Pipe()
         process.standardOutput = pipe
