@@ -10,7 +10,8 @@
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
 #       2000 sequences of 60 operations), and Examples/c (secure-copy, securecat) with secure
 #       services started from the environment only, once (as root) with the Swift toolchain's
-#       runtime directory hidden: the library must not need it.
+#       runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c (200 opens,
+#       no timing assertion: it must build and run).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
@@ -38,6 +39,7 @@ build ace_codes "$root/Tests/CDifferential/ace_codes.c"
 build wrapped "$root/Tests/CDifferential/wrapped.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
+build open-cost "$root/Benchmarks/c/open-cost.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -69,6 +71,7 @@ else
     echo "examples: FAIL: securecat -w round trip" >&2
     status=1
 fi
+mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).
