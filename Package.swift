@@ -5,20 +5,20 @@ let package = Package(
     name: "ACSecureFile",
     products: [
         // Swift API: the engine, secure services and the Foundation layer.
-        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharing"]),
-        // The POSIX-style C API (CShim's headers) with the engine inside: libACSecureFile.so.
-        .library(name: "ACSecureFile", type: .dynamic, targets: ["CShim", "ACSecureFileCAPI"]),
+        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
+        // The POSIX-style C API (CACSecureFile's headers) with the engine inside: libACSecureFile.so.
+        .library(name: "ACSecureFile", type: .dynamic, targets: ["CACSecureFile", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
-        .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CACSecureLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
 
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
-        .target(name: "ACCrypto", dependencies: ["CLibCrypto", "CSodium"]),
+        .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
         // The store, the seed, lock/unlock/retire, key derivation and process hardening.
         .target(name: "ACSecureServices", dependencies: ["ACCrypto", "CACSecureLinux"]),
         // prctl for ProcessHardening (Swift cannot call C varargs).
@@ -28,13 +28,16 @@ let package = Package(
 
         // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
         .target(name: "ACSecureFoundation", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
-        // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying.
-        .target(name: "ACSecureSharing", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
+        // Extension wrapped files and crypto blocks on the engine alone (no Foundation): what the C API needs.
+        .target(name: "ACSecureSharingCore", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying (NSError/Data face).
+        .target(name: "ACSecureSharing", dependencies: ["ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
 
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
-        .target(name: "CShim", path: "CShim"),
+        .target(name: "CACSecureFile"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
-        .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices", "ACSecureSharing"]),
+        // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
+        .target(name: "ACSecureFileCAPI", dependencies: ["CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
 
         .executableTarget(name: "acsecure", dependencies: [
             "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
@@ -43,13 +46,13 @@ let package = Package(
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
-        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
+        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
         .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices"]),
-        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),

@@ -2,23 +2,24 @@
 # Builds the C library (release) and installs it under PREFIX, so that
 #
 #     export PKG_CONFIG_PATH=PREFIX/lib/pkgconfig
-#     cc prog.c $(pkg-config --cflags --libs acsecurefile)
+#     cc prog.c $(pkg-config --cflags --libs acsecurefile)      # #include <ACSecureFile/ACSecureFile.h>
 #
 # works. Installs:
-#     PREFIX/include/ACSecureFile.h, ACError.h, ACSecureServices.h, ACSecureSharing.h
-#     PREFIX/lib/libACSecureFile.so
+#     PREFIX/include/ACSecureFile/ACSecureFile.h, ACError.h, ACSecureServices.h, ACSecureSharing.h
+#     PREFIX/lib/libACSecureFile.so.1.0.0, and the links libACSecureFile.so.1 (the SONAME) and
+#         libACSecureFile.so (for -lACSecureFile)
 #     PREFIX/lib/pkgconfig/acsecurefile.pc
 #
-# Runtime library path (rpath): a program needs to find two things at run time.
-#   1. libACSecureFile.so itself: the .pc file adds -Wl,-rpath,PREFIX/lib (or use LD_LIBRARY_PATH,
-#      or install into a directory ld.so already searches and run ldconfig).
-#   2. The Swift runtime (libswiftCore.so, libswift_Concurrency.so, libswiftGlibc.so, ...): the
-#      library carries a RUNPATH to the toolchain's runtime directory, printed by
-#      `pkg-config --variable=swiftruntimedir acsecurefile` (here: the first entry of
-#      runtimeLibraryPaths in `swift -print-target-info`). On a machine without the toolchain at
-#      that path, install the Swift runtime and add -Wl,-rpath,<its lib/swift/linux> or set
-#      LD_LIBRARY_PATH.
-# The library also links the system's libcrypto (OpenSSL) and libsodium.
+# The library carries the Swift runtime inside (linked with -static-stdlib): it needs only the
+# system's libcrypto (OpenSSL 3), libsodium, libstdc++ and libc, so a C program runs on a machine
+# without a Swift toolchain. SwiftPM links its own .build/.../libACSecureFile.so against the
+# toolchain's shared runtime and cannot link a dynamic library with -static-stdlib, so this script
+# links the release object files of the product itself (swiftc -emit-library -static-stdlib), with
+#   - the version script scripts/libACSecureFile.map: only the functions of the public headers are
+#     exported (checked below against the installed headers),
+#   - SONAME libACSecureFile.so.1.
+# A program finds libACSecureFile.so.1 through the rpath the .pc file adds (-Wl,-rpath,PREFIX/lib),
+# LD_LIBRARY_PATH, or by installing into a directory ld.so already searches (then run ldconfig).
 #
 # usage: scripts/install-c-library.sh PREFIX
 # environment: SWIFT_SCRATCH_PATH  SwiftPM build directory (default .build)
@@ -41,21 +42,47 @@ bindir="$(swift build --package-path "$root" --scratch-path "$scratch" -c releas
 lib="$bindir/libACSecureFile.so"
 [ -f "$lib" ] || { echo "install-c-library: $lib was not built" >&2; exit 1; }
 
-swiftrt="$(swift -print-target-info | sed -n '/"runtimeLibraryPaths"/,/]/{s/^ *"\(\/[^"]*\)".*/\1/p}' | head -n 1)"
-[ -n "$swiftrt" ] || swiftrt="$(dirname "$(dirname "$(command -v swift)")")/lib/swift/linux"
+objects="$(dirname "$bindir")/release/ACSecureFile.product/Objects.LinkFileList"
+[ -f "$objects" ] || objects="$bindir/ACSecureFile.product/Objects.LinkFileList"
+[ -f "$objects" ] || { echo "install-c-library: SwiftPM's object list for the product was not found (looked for $objects)" >&2; exit 1; }
 
-install -d "$prefix/include" "$prefix/lib/pkgconfig"
+soname=libACSecureFile.so.1
+real=libACSecureFile.so.1.0.0
+work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-install.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+echo "install-c-library: linking $real with the Swift runtime inside (-static-stdlib)" >&2
+swiftc -emit-library -static-stdlib -o "$work/$real" "@$objects" -lcrypto -lsodium \
+    -Xlinker "-soname=$soname" -Xlinker "--version-script=$root/scripts/libACSecureFile.map" -Xlinker --gc-sections >&2
+strip --strip-unneeded "$work/$real"
+
+# The library must stand on the system libraries alone, and export exactly the headers' functions.
+if readelf -d "$work/$real" | grep -E 'NEEDED.*(swift|Foundation|ICU|dispatch|BlocksRuntime)' >&2; then
+    echo "install-c-library: $real still needs a Swift runtime library (above)" >&2
+    exit 1
+fi
+sed -n 's/^[A-Za-z_][A-Za-z0-9_ *]*[ *]\(ACSecure[A-Za-z0-9_]*\)(.*/\1/p' \
+    "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureFile.h" "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureServices.h" "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureSharing.h" \
+    | sort -u >"$work/declared"
+nm -D --defined-only "$work/$real" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" { sub(/@.*/, "", $3); print $3 }' | sort -u >"$work/exported"
+if ! cmp -s "$work/declared" "$work/exported"; then
+    echo "install-c-library: exported symbols differ from the public headers' functions (< declared, > exported):" >&2
+    diff "$work/declared" "$work/exported" >&2 || true
+    exit 1
+fi
+
+install -d "$prefix/include/ACSecureFile" "$prefix/lib/pkgconfig"
 for h in ACSecureFile.h ACError.h ACSecureServices.h ACSecureSharing.h; do
-    install -m 0644 "$root/CShim/include/$h" "$prefix/include/$h"
+    install -m 0644 "$root/Sources/CACSecureFile/include/ACSecureFile/$h" "$prefix/include/ACSecureFile/$h"
 done
-install -m 0755 "$lib" "$prefix/lib/libACSecureFile.so"
+install -m 0755 "$work/$real" "$prefix/lib/$real"
+ln -sfn "$real" "$prefix/lib/$soname"
+ln -sfn "$soname" "$prefix/lib/libACSecureFile.so"
 
 version="$(git -C "$root" describe --tags --always 2>/dev/null || echo 0)"
 cat > "$prefix/lib/pkgconfig/acsecurefile.pc" <<PC
 prefix=$prefix
 includedir=\${prefix}/include
 libdir=\${prefix}/lib
-swiftruntimedir=$swiftrt
 
 Name: acsecurefile
 Description: AppConnect-style POSIX secure file I/O (chunked AES-256-GCM) for C programs
@@ -65,4 +92,4 @@ Libs: -L\${libdir} -lACSecureFile -Wl,-rpath,\${libdir}
 Requires.private: libcrypto libsodium
 PC
 
-echo "install-c-library: installed into $prefix (Swift runtime: $swiftrt)" >&2
+echo "install-c-library: installed into $prefix ($(wc -l <"$work/exported") exported functions, $(stat -c %s "$prefix/lib/$real") bytes)" >&2

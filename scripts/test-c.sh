@@ -10,7 +10,9 @@
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
 #       2000 sequences of 60 operations), Tests/CDifferential/harden.c (ACSecureHardenProcess),
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
-#       only (the store created with ACSECURE_CREATE_STORE=1).
+#       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
+#       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
+#       (200 opens, no timing assertion: it must build and run).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
@@ -39,6 +41,7 @@ build wrapped "$root/Tests/CDifferential/wrapped.c"
 build harden "$root/Tests/CDifferential/harden.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
+build open-cost "$root/Benchmarks/c/open-cost.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -75,6 +78,24 @@ if [ "$("$work/securecat" "$work/hello.sec")" = "hello, secure world" ] && ! gre
 else
     echo "examples: FAIL: securecat -w round trip" >&2
     status=1
+fi
+mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 || status=1
+
+# The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
+# hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).
+swiftlib="$(dirname "$(dirname "$(command -v swift)")")/lib/swift"
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && [ -d "$swiftlib" ]; then
+    mkdir "$work/empty"
+    if unshare -m sh -c 'mount --bind "$1" "$2" && [ ! -e "$2/linux/libswiftCore.so" ] && "$3" "$4"' sh \
+        "$work/empty" "$swiftlib" "$work/securecat" "$work/hello.sec" >"$work/hidden.out" \
+        && [ "$(cat "$work/hidden.out")" = "hello, secure world" ]; then
+        echo "examples: securecat runs with $swiftlib hidden OK"
+    else
+        echo "examples: FAIL: securecat needs the Swift toolchain's runtime ($swiftlib)" >&2
+        status=1
+    fi
+else
+    echo "examples: not root (or no unshare): skipped running with the Swift runtime hidden" >&2
 fi
 ACSECURE_APP_ID="another-app" "$work/securecat" "$work/hello.sec" 2>/dev/null && {
     echo "examples: FAIL: another app ID could read the file" >&2

@@ -40,7 +40,7 @@ run() {
 # Warnings are errors in the project's own sources and tests (not in dependencies).
 check_warnings() {
   swift build --build-tests 2>&1 | tee "$logs/build-output.log"
-  if grep -E "^/.*(Sources|Tests|CShim|fuzz)/.*: warning:" "$logs/build-output.log" | sort -u >"$logs/warnings.txt" && [ -s "$logs/warnings.txt" ]; then
+  if grep -E "^/.*(Sources|Tests|Examples|fuzz)/.*: warning:" "$logs/build-output.log" | sort -u >"$logs/warnings.txt" && [ -s "$logs/warnings.txt" ]; then
     echo "compiler warnings in the project's code:"; cat "$logs/warnings.txt"
     return 1
   fi

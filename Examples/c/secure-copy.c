@@ -18,7 +18,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <ACSecureFile.h>
+#include <ACSecureFile/ACSecureFile.h>
 
 #define NBUF 8
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <ACSecureFile.h>
+#include <ACSecureFile/ACSecureFile.h>
 
 static int write_all(int fd, const char *buf, size_t n, int secure) {
     while (n > 0) {

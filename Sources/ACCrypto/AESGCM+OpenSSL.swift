@@ -1,4 +1,4 @@
-import CLibCrypto
+import CACSecureLibCrypto
 
 /// AES-256-GCM through OpenSSL's EVP interface.
 ///

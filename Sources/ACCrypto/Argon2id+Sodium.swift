@@ -1,4 +1,4 @@
-import CSodium
+import CACSecureSodium
 
 /// Passcode stretching with Argon2id (`crypto_pwhash`).
 public enum Argon2id {

@@ -1,4 +1,4 @@
-import CLibCrypto
+import CACSecureLibCrypto
 
 /// HKDF-SHA-256 (RFC 5869) through OpenSSL's EVP_KDF.
 public enum HKDF {

@@ -1,4 +1,4 @@
-import CSodium
+import CACSecureSodium
 
 /// An owned buffer for secrets: keys and plaintext caches.
 ///
@@ -13,12 +13,16 @@ public final class SecureBytes: @unchecked Sendable {
     public init(count: Int) {
         precondition(count >= 0)
         Sodium.ensureInitialized()
+        self.count = count
+        if let p = GuardedMemoryPool.shared.take(max(count, 1)) {
+            self.base = p  // zeroed when it was given back
+            return
+        }
         guard let p = sodium_malloc(max(count, 1)) else {
             // Guarded memory is a small, bounded pool for keys; running out is not recoverable here.
             fatalError("sodium_malloc failed: out of guarded memory")
         }
         self.base = p
-        self.count = count
         sodium_memzero(p, max(count, 1))
     }
 
@@ -42,7 +46,8 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     deinit {
-        sodium_free(base)  // zeroes, then unmaps with the guard pages
+        // Zeroes, then keeps it for reuse or unmaps it with its guard pages (sodium_free).
+        GuardedMemoryPool.shared.give(base, size: max(count, 1))
     }
 
     public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {

@@ -1,4 +1,4 @@
-import CSodium
+import CACSecureSodium
 
 /// libsodium must be initialised once per process before its randomness or guarded memory is used.
 enum Sodium {
@@ -40,7 +40,7 @@ public func secureZero(_ buffer: UnsafeMutableRawBufferPointer) {
     sodium_memzero(base, buffer.count)
 }
 
-import CLibCrypto
+import CACSecureLibCrypto
 
 /// Nonces for bulk encryption: OpenSSL's per-thread DRBG (seeded from the kernel), which fills many
 /// nonces per call without a system call each.

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CShim
+import CACSecureFile
 import ACCrypto
 import ACSecureFileCore
 import ACSecureServices

@@ -1,14 +1,14 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
-import CShim
+import CACSecureFile
+import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
-import ACSecureSharing
+import ACSecureSharingCore
 
 // The functions of ACSecureSharing.h: crypto blocks and extension wrapped files from C, on top of
-// ACSecureSharing's ACWrappedAppKey / ACWrappedFile / ACUnwrappedFile. Errors become errno and a
+// ACSecureSharingCore's WrappedFiles (no Foundation, no NSError, no Data copy of reads). Errors become errno and a
 // detail in WrappedCError (WrappedDescriptorTable.swift), the one place for this header.
 
 // MARK: the provider app and the extension
@@ -27,7 +27,7 @@ public func ACSecureGetCryptoBlock(_ sharedGroupID: UnsafePointer<CChar>?, _ blo
         }
         guard let block else { throw WrappedCError.argument(EFAULT) }
         let group = try groupID(sharedGroupID)
-        let sensitive = try ACWrappedAppKey.getCryptoKeysForACFileEncryption(sharedGroupID: group)
+        let sensitive = try WrappedFiles.cryptoBlock(sharedGroupID: group, services: nil)
         try sensitive.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) throws(WrappedCError) in
             // The header's constant is the ABI: a block of another size is a bug of this library.
             guard bytes.count == size, let base = bytes.baseAddress else {
@@ -52,10 +52,11 @@ public func ACSecureWrapFile(_ path: UnsafePointer<CChar>?, _ toPath: UnsafePoin
             return s
         }
         // Straight from C memory into guarded memory; no Data or [UInt8] copy of the key.
-        let cryptoBlock = ACSensitiveData(bytes: block, length: blockLength)
+        let cryptoBlock = SecureBytes(copying: UnsafeRawBufferPointer(start: block, count: blockLength))
         // Needs no secure services: the crypto block carries the key.
-        try ACWrappedFile.wrapFile(atPath: source, toPath: destination, cryptoBlock: cryptoBlock as NSData,
-                                   actualFileName: name)
+        try cryptoBlock.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in
+            try WrappedFiles.wrap(atPath: source, toPath: destination, cryptoBlock: b, actualFileName: name)
+        }
     }
 }
 
@@ -87,7 +88,7 @@ private func openWrapped(_ path: UnsafePointer<CChar>?, _ sharedGroupID: UnsafeP
     var anchor: Int32
     repeat { anchor = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) } while anchor < 0 && errno == EINTR
     guard anchor >= 0 else { throw SecureFileError.posix(errno, path) }
-    var handle: ACWrappedFileReadHandle?
+    var handle: WrappedFileReader?
     do {
         var st = stat()
         guard fstat(anchor, &st) == 0 else { throw SecureFileError.posix(errno, path) }
@@ -98,7 +99,7 @@ private func openWrapped(_ path: UnsafePointer<CChar>?, _ sharedGroupID: UnsafeP
         }
         // The same inode as `anchor`, whatever happens to `path` meanwhile.
         let pinned = access("/proc/self/fd", F_OK) == 0 ? "/proc/self/fd/\(anchor)" : path
-        let opened = try ACUnwrappedFile.readWrappedFile(atPath: pinned, sharedGroupID: group)
+        let opened = try WrappedFiles.open(atPath: pinned, sharedGroupID: group, services: nil)
         handle = opened
         if let actualFileName {
             let name = Array(opened.actualFileName.utf8)
@@ -140,7 +141,7 @@ public func ACSecureWrappedFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int
         switch whence {
         case SEEK_SET: base = 0
         case SEEK_CUR: base = position
-        case SEEK_END: base = Int64(try entry.handle.length)
+        case SEEK_END: base = try entry.handle.length
         default: throw WrappedCError.argument(EINVAL)
         }
         let (target, overflow) = base.addingReportingOverflow(Int64(offset))

@@ -1,34 +1,32 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
 import Synchronization
-import ACCrypto
+import CACSecureFile
 import ACSecureFileCore
-import ACSecureFoundation
-import ACSecureSharing
+import ACSecureSharingCore
 
-/// The open wrapped file descriptors of the process (ACSecureSharing.h): kernel fd → read handle.
+/// The open wrapped file descriptors of the process (ACSecureSharing.h): kernel fd → reader.
 ///
 /// A separate table from `DescriptorTable` on purpose: a wrapped file is read-only and its offsets
 /// start after the name record, so none of the `ACSecureFile*` calls apply to it as they stand, and
 /// a wrapped descriptor given to them is simply unknown (EBADF), and vice versa.
 ///
 /// The key is `anchor`, a read-only kernel descriptor of the wrapped file that this layer opens
-/// itself (the read handle's own descriptor is private to ACSecureSharing): numbers are then unique
+/// itself (the reader's own descriptor is private to the engine): numbers are then unique
 /// among all secure and wrapped descriptors, reused as the kernel reuses them, and fstat has a
 /// descriptor to report on. The handle is opened through /proc/self/fd/<anchor>, so both are the
 /// same inode even if the path is replaced meanwhile.
 final class WrappedDescriptorTable: Sendable {
     final class Entry: Sendable {
         let anchor: Int32
-        let handle: ACWrappedFileReadHandle
+        let handle: WrappedFileReader
         /// The descriptor's offset, counted from the first byte of the original file. Held while a
         /// call runs, so read/pread/lseek on one descriptor are atomic with respect to each other.
         let position = Mutex<Int64>(0)
         let lastError = Atomic<Int32>(ACErrorCode.noError.rawValue)
 
-        init(anchor: Int32, handle: ACWrappedFileReadHandle) {
+        init(anchor: Int32, handle: WrappedFileReader) {
             self.anchor = anchor
             self.handle = handle
         }
@@ -68,26 +66,16 @@ struct WrappedCError: Error {
 
     init(_ e: SecureFileError) { self.init(errno: e.errno, code: e.code.rawValue) }
 
-    /// The one place where ACSecureSharing's `NSError`s become errno + detail.
+    /// The one place where the sharing calls' errors become errno + detail.
     init(_ error: any Error) {
-        if let e = error as? SecureFileError { self.init(e); return }
-        if let e = error as? WrappedCError { self = e; return }
-        let ns = error as NSError
-        switch ns.domain {
-        case ACWrappedFileReadErrorDomain where ns.code == ACWrappedFileReadErrorUnknownWrapperFormat:
-            self.init(errno: EILSEQ, code: Int32(ACWrappedFileReadErrorUnknownWrapperFormat))
-        case ACErrorDomain:
-            let code = Int32(exactly: ns.code).flatMap(ACErrorCode.init(rawValue:)) ?? .internalError
-            if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain,
-               let e = Int32(exactly: underlying.code), e != 0 {
-                self.init(errno: e, code: code.rawValue)
-            } else {
-                // The errno the engine pairs with this code when no system call failed.
-                self.init(SecureFileError(code: code, message: ""))
-            }
-        case NSPOSIXErrorDomain:
-            self.init(errno: Int32(exactly: ns.code) ?? EIO, code: ACErrorCode.noError.rawValue)
+        switch error {
+        case let e as SecureFileError: self.init(e)
+        case let e as WrappedCError: self = e
+        case WrappedFileOpenError.unknownWrapperFormat:
+            self.init(errno: EILSEQ, code: Int32(ACWRAPPEDFILEREADERROR_UNKNOWN_WRAPPER_FORMAT.rawValue))
+        case WrappedFileOpenError.secureFile(let e): self.init(e)
         default:
+            // Every call here throws one of the above; anything else is a bug of this layer.
             self.init(errno: EIO, code: ACErrorCode.internalError.rawValue)
         }
     }
@@ -133,14 +121,8 @@ enum WrappedCResult {
 
 extension WrappedDescriptorTable.Entry {
     /// Reads up to `buffer.count` bytes of the original file at `offset`; 0 at or past the end.
-    /// The plaintext passes through a `Data` of the handle: it is wiped before it is released.
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        guard buffer.count > 0, offset < SecureFile.maximumFileSize else { return 0 }
-        try handle.seek(toFileOffset: UInt64(offset))
-        var data = try handle.readData(ofLength: buffer.count)
-        defer { data.withUnsafeMutableBytes { secureZero($0) } }
-        precondition(data.count <= buffer.count, "the read handle returned more than was asked for")
-        data.copyBytes(to: buffer)
-        return data.count
+    /// The plaintext goes straight from the engine's guarded cache into the caller's buffer.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
+        try handle.read(into: buffer, at: offset)
     }
 }

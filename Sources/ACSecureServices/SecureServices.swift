@@ -39,6 +39,10 @@ public final class SecureServices: Sendable {
         var nextObserverID: UInt64 = 1
         var autoLockSeconds: Double?
         var autoLockTimer: DispatchSourceTimer?
+        /// Key-encryption keys derived since the last unlock, by HKDF info: each open needs its
+        /// file's KEK, and deriving it (two HKDFs) is most of what opening costs in crypto. Emptied
+        /// with the seed at lock(), so no KEK outlives the unlocked period (docs/FORMAT.md).
+        var keks: [[UInt8]: KeyEncryptionKey] = [:]
     }
 
     private let state = Mutex(State())
@@ -196,6 +200,7 @@ public final class SecureServices: Sendable {
             guard let seed = s.seed else { return ([], []) }
             seed.wipe()
             s.seed = nil
+            s.keks.removeAll()
             s.generation &+= 1
             s.autoLockTimer?.cancel()
             s.autoLockTimer = nil
@@ -323,33 +328,44 @@ public final class SecureServices: Sendable {
     /// A 32-byte key unique to this app, this store and `identifier` (`derivedAppKeyWithIdentifier:`).
     public func derivedAppKey(identifier: String) throws(SecureServicesError) -> SecureBytes {
         guard !identifier.isEmpty else { throw SecureServicesError(.invalidArgument, "the identifier must not be empty") }
-        return try derive(info: lengthPrefixed("derived-app", appID) + lengthPrefixed("id", identifier))
+        return try derive(info: lengthPrefixed("derived-app", appID) + lengthPrefixed("id", identifier)).0
     }
 
     /// A 32-byte key shared by every app of this store that uses `identifier` (`derivedSharedKeyWithIdentifier:`).
     public func derivedSharedKey(identifier: String) throws(SecureServicesError) -> SecureBytes {
         guard !identifier.isEmpty else { throw SecureServicesError(.invalidArgument, "the identifier must not be empty") }
-        return try derive(info: lengthPrefixed("derived-shared", identifier))
+        return try derive(info: lengthPrefixed("derived-shared", identifier)).0
     }
 
     // MARK: private
 
     private func makeKEK(info: [UInt8], keyClass: KeyEncryptionKey.KeyClass) throws(SecureServicesError) -> KeyEncryptionKey {
-        let key = try derive(info: info)
-        do { return try KeyEncryptionKey(key: key, keyClass: keyClass) } catch {
+        if availability == .available, let kek = state.withLock({ $0.seed == nil ? nil : $0.keks[info] }) {
+            noteActivity()
+            return kek
+        }
+        let (key, generation) = try derive(info: info)
+        let kek: KeyEncryptionKey
+        do { kek = try KeyEncryptionKey(key: key, keyClass: keyClass) } catch {
             throw SecureServicesError(.storeIO, "key fingerprint: \(error)")
         }
+        // Cached only if the seed it comes from is still installed (no lock() in between).
+        state.withLock { s in
+            if s.seed != nil, s.generation == generation { s.keks[info] = kek }
+        }
+        return kek
     }
 
-    private func derive(info: [UInt8]) throws(SecureServicesError) -> SecureBytes {
+    /// HKDF of the seed, and the generation of the seed it came from.
+    private func derive(info: [UInt8]) throws(SecureServicesError) -> (SecureBytes, UInt64) {
         let seed: SecureBytes? = state.withLock { $0.seed }
         guard let seed, availability == .available else { throw .noKeys() }
         noteActivity()
         // Derive under the state lock, from the seed still installed: lock() wipes the seed in place
         // under this lock, and a derivation racing it must not read zeros (a key anyone can compute).
-        let derived: Result<SecureBytes, SecureServicesError> = state.withLock { s in
+        let derived: Result<(SecureBytes, UInt64), SecureServicesError> = state.withLock { s in
             guard s.seed === seed else { return .failure(.noKeys()) }
-            do { return .success(try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info)) } catch {
+            do { return .success((try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info), s.generation)) } catch {
                 return .failure(SecureServicesError(.storeIO, "key derivation failed: \(error)"))
             }
         }

@@ -2,6 +2,7 @@ import Foundation
 import ACSecureFileCore
 import ACSecureServices
 import ACSecureFoundation
+import ACSecureSharingCore
 
 // The NSError face of the sharing APIs.
 //
@@ -26,22 +27,16 @@ public let ACWrappedFileReadErrorUnknownWrapperFormat = 1001
 enum ACSharingErrors {
     static func make(_ e: SecureFileError) -> NSError { e.nsError() }
 
-    static func make(_ e: SecureServicesError, _ context: String) -> NSError {
-        switch e.code {
-        case .noKeys: return make(.ace(.noKeys, "\(context): \(e.message)"))
-        case .invalidArgument: return make(.ace(.invalidArgument, "\(context): \(e.message)"))
-        case .wrongPasscode, .corruptStore, .storeIO:
-            return make(SecureFileError(code: .noKeys, errno: e.errno == 0 ? nil : e.errno, message: "\(context): \(e.message)"))
-        }
-    }
+    static func make(_ e: SecureServicesError, _ context: String) -> NSError { make(SecureFileError(e, context)) }
 
     static func invalidArgument(_ message: String) -> NSError {
         make(SecureFileError(code: .invalidArgument, message: message))
     }
 
-    static func unknownWrapperFormat(_ path: String, _ why: String) -> NSError {
+    /// `message` names the path and says why (WrappedFiles' `unknownWrapperFormat`).
+    static func unknownWrapperFormat(_ path: String, _ message: String) -> NSError {
         NSError(domain: ACWrappedFileReadErrorDomain, code: ACWrappedFileReadErrorUnknownWrapperFormat,
-                userInfo: [NSLocalizedDescriptionKey: "\(path): not an extension wrapped file (\(why))", NSFilePathErrorKey: path])
+                userInfo: [NSLocalizedDescriptionKey: message, NSFilePathErrorKey: path])
     }
 
     /// Runs an engine call, converting its error.

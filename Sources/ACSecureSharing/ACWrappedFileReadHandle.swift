@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import ACSecureFileCore
+import ACSecureSharingCore
 
 /// Reads a wrapped file's original bytes (the reference's `ACWrappedFileReadHandle`), with the read
 /// methods of `ACFileHandle`/`FileHandle`. Offsets count from the first byte of the original file (the
@@ -16,23 +17,21 @@ import ACSecureFileCore
 /// Safe to use from several threads (calls are serialised).
 public final class ACWrappedFileReadHandle: @unchecked Sendable {
     /// The name the extension gave the file (authenticated: it was encrypted with the contents).
-    public let actualFileName: String
+    public var actualFileName: String { reader.actualFileName }
 
-    private let file: SecureFile
-    private let contentOffset: Int64
+    private let reader: WrappedFileReader
+    private var file: SecureFile { reader.file }
     private let lock = NSLock()
     private var position: Int64 = 0
     private var closed = false
 
-    init(file: SecureFile, actualFileName: String, contentOffset: Int64) {
-        self.file = file
-        self.actualFileName = actualFileName
-        self.contentOffset = contentOffset
+    init(_ reader: WrappedFileReader) {
+        self.reader = reader
     }
 
     deinit {
         guard !closed else { return }
-        do { try file.close() } catch {
+        do { try reader.close() } catch {
             // Read-only, so nothing is lost; still never dropped silently.
             FileHandle.standardError.write(Data("ACWrappedFileReadHandle: closing \(file.path) on release failed: \((error as NSError).localizedDescription)\n".utf8))
         }
@@ -115,7 +114,7 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
             guard !closed else { return }
             closed = true
             position = 0
-            try ACSharingErrors.bridging { () throws(SecureFileError) in try file.close() }
+            try ACSharingErrors.bridging { () throws(SecureFileError) in try reader.close() }
         }
     }
 
@@ -138,7 +137,7 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
     }
 
     private func contentLength() throws(SecureFileError) -> Int64 {
-        max(0, try file.size - contentOffset)
+        try reader.length
     }
 
     /// Reads up to `count` bytes at `position` and advances it. Called with the lock held.
@@ -147,14 +146,8 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
         let n = Int(clamping: min(Int64(count), max(0, available)))
         guard n > 0 else { return Data() }
         var data = Data(count: n)
-        var done = 0
-        let start = contentOffset + position
-        try data.withMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
-            while done < n {
-                let m = try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: b[done..<n]), at: start + Int64(done))
-                if m == 0 { break }
-                done += m
-            }
+        let done = try data.withMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+            try reader.read(into: b, at: position)
         }
         if done < n { data.removeSubrange(done..<n) }
         position += Int64(done)

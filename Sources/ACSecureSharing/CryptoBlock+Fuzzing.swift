@@ -1,5 +1,6 @@
 import ACCrypto
 import ACSecureServices
+import ACSecureSharingCore
 
 /// The crypto block parser as the fuzz target FuzzCryptoBlockParse calls it (SPI: the fuzz package
 /// is another package).

@@ -4,6 +4,7 @@ import Glibc
 import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
+import ACSecureSharingCore
 
 /// Re-keying secure files: moving them between keys without re-encryption, and rotating data keys.
 public enum SecureSharing {
@@ -51,7 +52,7 @@ public enum SecureSharing {
         let source = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key, services: services)
         defer { try? source.close() }
         let st = try source.stat()
-        let temporary = try temporarySibling(of: path, purpose: "rotate")
+        let temporary = try SiblingFiles.temporarySibling(of: path, purpose: "rotate")
         let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, key: key, services: services)
         do throws(SecureFileError) {
             let buffer = SecureBytes(count: 1 << 20)
@@ -79,25 +80,6 @@ public enum SecureSharing {
             unlink(temporary)
             throw error
         }
-        syncDirectory(of: path)
-    }
-
-    // MARK: helpers shared with ACWrappedFile
-
-    /// `<dir>/.<name>.<purpose>-<random>`: a fresh name next to `path`, on the same file system.
-    static func temporarySibling(of path: String, purpose: String) throws(SecureFileError) -> String {
-        let slash = path.lastIndex(of: "/")
-        let directory = slash.map { String(path[..<$0]) } ?? "."
-        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-        guard !name.isEmpty else { throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(path): names a directory") }
-        let random = SecureRandom.bytes(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-        return (directory.isEmpty ? "" : directory) + "/." + name + "." + purpose + "-" + random
-    }
-
-    /// Makes a rename in `path`'s directory durable (best effort: some file systems refuse to fsync a directory).
-    static func syncDirectory(of path: String) {
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let fd = Glibc.open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { _ = fsync(fd); close(fd) }
+        SiblingFiles.syncDirectory(of: path)
     }
 }

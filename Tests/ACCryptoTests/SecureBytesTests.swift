@@ -1,5 +1,5 @@
 import XCTest
-import ACCrypto
+@testable import ACCrypto
 
 final class SecureBytesTests: XCTestCase {
 
@@ -89,5 +89,37 @@ final class SecureBytesTests: XCTestCase {
         var a: [UInt8] = [1, 2, 3, 4]
         a.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[1..<3])) }
         XCTAssertEqual(a, [1, 0, 0, 4])
+    }
+}
+
+/// Released buffers are zeroed and reused (GuardedMemoryPool), within the pool's bounds.
+final class GuardedMemoryPoolTests: XCTestCase {
+    /// A size no other test uses, so parallel tests do not take these buffers.
+    private let size = 4093
+
+    private func address(_ b: SecureBytes) -> UnsafeRawPointer { b.withUnsafeBytes { $0.baseAddress! } }
+
+    func testReleasedBufferIsZeroedAndReused() {
+        var b: SecureBytes? = SecureBytes(count: size)
+        b!.withUnsafeMutableBytes { _ = $0.initializeMemory(as: UInt8.self, repeating: 0xA5) }
+        let first = address(b!)
+        b = nil
+        // Still guarded memory of this process; read it only through the pool's next buffer.
+        let again = SecureBytes(count: size)
+        XCTAssertEqual(address(again), first, "the released buffer was not reused")
+        XCTAssertEqual(again.bytes, [UInt8](repeating: 0, count: size), "a reused buffer must come back zeroed")
+    }
+
+    func testPoolIsBounded() {
+        let bigger = GuardedMemoryPool.maximumBufferSize + 1
+        var big: SecureBytes? = SecureBytes(count: bigger)
+        big = nil
+        XCTAssertNil(big)
+        XCTAssertEqual(GuardedMemoryPool.shared.pooledCount(size: bigger), 0, "buffers above the size limit are freed")
+
+        var many: [SecureBytes] = (0..<(GuardedMemoryPool.maximumBuffersPerSize + 5)).map { _ in SecureBytes(count: 4091) }
+        many.removeAll()
+        XCTAssertEqual(GuardedMemoryPool.shared.pooledCount(size: 4091), GuardedMemoryPool.maximumBuffersPerSize)
+        XCTAssertLessThanOrEqual(GuardedMemoryPool.shared.pooledBytes, GuardedMemoryPool.maximumPooledBytes)
     }
 }

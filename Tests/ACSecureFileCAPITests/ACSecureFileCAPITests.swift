@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import CShim
+import CACSecureFile
 import ACSecureFileCore
 import ACSecureServices
 @testable import ACSecureFileCAPI

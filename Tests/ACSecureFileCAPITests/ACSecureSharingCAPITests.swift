@@ -3,8 +3,11 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import CShim
+import CACSecureFile
 @testable import ACSecureFileCAPI
+import ACSecureFileCore
+import ACSecureServices
+import ACSecureSharingCore
 
 /// ACSecureSharing.h called as C calls it, in one process (the two-process flow is
 /// Tests/CDifferential/wrapped.c): a NULL-group round trip, and the error mapping.
@@ -65,20 +68,21 @@ final class ACSecureSharingCAPITests: XCTestCase {
         XCTAssertEqual(detail, Int32(ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR.rawValue))
     }
 
-    func testErrorMappingOfSharingNSErrors() {
-        let unknown = WrappedCError(NSError(domain: "ACWrappedFileReadErrorDomain", code: 1001))
+    func testErrorMappingOfSharingErrors() {
+        let unknown = WrappedCError(WrappedFileOpenError.unknownWrapperFormat("f: not a wrapped file"))
         XCTAssertEqual(unknown.errno, EILSEQ)
         XCTAssertEqual(unknown.code, Int32(ACWRAPPEDFILEREADERROR_UNKNOWN_WRAPPER_FORMAT.rawValue))
-        let posix = WrappedCError(NSError(domain: NSPOSIXErrorDomain, code: Int(ENOSPC)))
+        let posix = WrappedCError(WrappedFileOpenError.secureFile(.posix(ENOSPC, "f")))
         XCTAssertEqual(posix.errno, ENOSPC)
         XCTAssertEqual(posix.code, 0)
-        let noKeys = WrappedCError(NSError(domain: "ACErrorDomain", code: Int(ACE_NO_KEYS_ERROR.rawValue)))
+        let noKeys = WrappedCError(SecureFileError(SecureServicesError(.noKeys, "locked"), "f"))
         XCTAssertEqual(noKeys.errno, EACCES, "the engine's errno for the code when there is no underlying errno")
         XCTAssertEqual(noKeys.code, Int32(ACE_NO_KEYS_ERROR.rawValue))
-        let withCause = WrappedCError(NSError(domain: "ACErrorDomain", code: Int(ACE_INTERNAL_ERROR.rawValue),
-                                              userInfo: [NSUnderlyingErrorKey: NSError(domain: NSPOSIXErrorDomain, code: Int(EROFS))]))
+        let withCause = WrappedCError(SecureFileError(SecureServicesError(.storeIO, "store", errno: EROFS), "f"))
         XCTAssertEqual(withCause.errno, EROFS)
-        let other = WrappedCError(NSError(domain: NSCocoaErrorDomain, code: 4))
+        XCTAssertEqual(withCause.code, Int32(ACE_NO_KEYS_ERROR.rawValue))
+        struct Other: Error {}
+        let other = WrappedCError(Other())
         XCTAssertEqual(other.errno, EIO)
         XCTAssertEqual(other.code, Int32(ACE_INTERNAL_ERROR.rawValue))
 

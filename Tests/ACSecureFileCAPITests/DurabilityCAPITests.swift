@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import CShim
+import CACSecureFile
 @testable import ACSecureFileCAPI
 
 /// When written data is in the file, through the C API: write-through by default, write-back only

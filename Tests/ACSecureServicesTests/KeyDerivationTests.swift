@@ -4,6 +4,26 @@ import ACSecureServices
 
 final class KeyDerivationTests: SecureServicesTestCase {
 
+    /// A file's KEK is derived once per unlocked period (opens reuse it); lock() drops the cache, and
+    /// after unlock the KEK is derived again, to the same value.
+    func testKeyEncryptionKeysAreCachedUntilLock() throws {
+        let s = try makeServices()
+        let a = try s.keyEncryptionKey(for: .app)
+        XCTAssertTrue(try s.keyEncryptionKey(for: .app).key === a.key, "the second open derived the KEK again")
+        let g = try s.keyEncryptionKey(for: .group("g"))
+        XCTAssertFalse(g.key === a.key)
+        XCTAssertNotEqual(g.key, a.key, "group and app KEKs are separate")
+        XCTAssertNotEqual(try s.keyEncryptionKey(for: .group("h")).key, g.key, "groups are separate")
+
+        s.lock()
+        XCTAssertThrowsError(try s.keyEncryptionKey(for: .app), "a cached KEK must not outlive lock()")
+        try s.unlock(passcode: nil)
+        let b = try s.keyEncryptionKey(for: .app)
+        XCTAssertFalse(b.key === a.key, "the cache is emptied at lock()")
+        XCTAssertEqual(b.key, a.key)
+        XCTAssertEqual(b.fingerprint, a.fingerprint)
+    }
+
     func testDerivedAppKeysAreStableAcrossRestarts() throws {
         let first = try makeServices()
         let a = try first.derivedAppKey(identifier: "database")

@@ -8,6 +8,7 @@ import ACSecureFileCore
 import ACSecureServices
 import ACSecureFoundation
 @testable import ACSecureSharing
+import ACSecureSharingCore
 
 final class WrappedFileTests: XCTestCase {
     /// Round trips of several sizes (empty, inside a chunk, at chunk edges, many chunks), in one process.

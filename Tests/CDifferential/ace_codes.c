@@ -25,9 +25,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <ACError.h>
-#include <ACSecureFile.h>
-#include <ACSecureServices.h>
+#include <ACSecureFile/ACError.h>
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureServices.h>
 
 static int passed, failed;
 static char base[2048];

@@ -39,8 +39,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <ACSecureFile.h>
-#include <ACSecureServices.h>
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureServices.h>
 
 #define CHUNK 4096
 #define NSLOTS 4

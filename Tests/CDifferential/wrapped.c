@@ -22,10 +22,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <ACError.h>
-#include <ACSecureFile.h>
-#include <ACSecureServices.h>
-#include <ACSecureSharing.h>
+#include <ACSecureFile/ACError.h>
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureServices.h>
+#include <ACSecureFile/ACSecureSharing.h>
 
 static int passed, failed;
 static const char *who = "wrapped";

@@ -1,6 +1,6 @@
 #include "CCompareCAPI.h"
-#include <ACSecureFile.h>
-#include <ACSecureServices.h>
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureServices.h>
 
 int CCompareCAPI_open(const char *path, int oflag, mode_t mode) {
     return ACSecureFileOpen(path, oflag, mode);

@@ -12,9 +12,9 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "ACSecureFile.h"
-#include "ACSecureServices.h"
-#include "ACSecureFileShim.h"
+#include "ACSecureFile/ACSecureFile.h"
+#include "ACSecureFile/ACSecureServices.h"
+#include "ACSecureFile/ACSecureFileShim.h"
 
 /* The Swift side reads these types through the imported declarations, but it converts them to
  * Int/Int64/Int32 and assumes a 64-bit Linux ABI: check that here once. */

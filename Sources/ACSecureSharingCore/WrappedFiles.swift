@@ -1,0 +1,284 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import ACCrypto
+import ACSecureFileCore
+import ACSecureServices
+
+/// Extension wrapped files on the engine alone, without Foundation: the logic behind ACSecureSharing's
+/// `ACWrappedAppKey`/`ACWrappedFile`/`ACUnwrappedFile` (which add the `NSError`/`Data` face) and
+/// behind the C API's ACSecureSharing.h (libACSecureFile.so links no Foundation).
+package enum WrappedFiles {
+    // MARK: the provider app
+
+    /// The crypto block for `sharedGroupID` (nil: every app of the store), in guarded memory.
+    /// - Parameters:
+    ///   - services: the provider's secure services; nil: `SecureServices.current`, started from the
+    ///     environment if needed.
+    /// - Throws: `SecureFileError`: `noKeys` while secure services are unavailable, `invalidArgument`
+    ///   for an empty group ID.
+    package static func cryptoBlock(sharedGroupID: String?, services: SecureServices?) throws(SecureFileError) -> SecureBytes {
+        let context = "getCryptoKeysForACFileEncryption(sharedGroupID:)"
+        do throws(SecureServicesError) {
+            let provider = try currentServices(services)
+            let kek = try provider.wrappedFileKeyEncryptionKey(groupID: sharedGroupID)
+            return CryptoBlock(scope: sharedGroupID == nil ? .allApps : .group, kek: kek).encoded()
+        } catch {
+            throw SecureFileError(error, context)
+        }
+    }
+
+    /// `services`, or the process's (started from the environment if needed).
+    private static func currentServices(_ services: SecureServices?) throws(SecureServicesError) -> SecureServices {
+        if let services { return services }
+        return try SecureServices.currentOrStartFromEnvironment()
+    }
+
+    // MARK: the extension
+
+    /// Encrypts the file at `path` into a wrapped file at `toPath` with the crypto block's key.
+    ///
+    /// The source is read in 256 KiB pieces. The wrapped file is written to a temporary file in
+    /// `toPath`'s directory (mode 0600), synced and renamed over `toPath`, so `toPath` is never a
+    /// partial wrapped file; on failure it is unchanged.
+    /// - Throws: `SecureFileError`: `invalidArgument` for a bad crypto block or name, `regularFileOnly`
+    ///   for a source that is not a regular file, I/O errors naming the path.
+    package static func wrap(atPath path: String, toPath: String, cryptoBlock: UnsafeRawBufferPointer,
+                             actualFileName: String?) throws(SecureFileError) {
+        let block = try CryptoBlock.parse(cryptoBlock)
+        let name = try WrappedFileLayout.validateName(actualFileName ?? lastComponent(path))
+        let source = try openRegularFile(path)
+        defer { close(source) }
+        let provider = FixedKeyProvider(kek: block.kek)
+        let temporary = try SiblingFiles.temporarySibling(of: toPath, purpose: "wrap")
+        let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, services: provider)
+        do throws(SecureFileError) {
+            let record = WrappedFileLayout.record(name: name)
+            _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
+            let buffer = SecureBytes(count: 256 << 10)
+            try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+                while true {
+                    let n = Glibc.read(source, b.baseAddress, b.count)
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        throw .posix(errno, "\(path): read")
+                    }
+                    if n == 0 { break }
+                    var done = 0
+                    while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                }
+            }
+            try out.sync()
+            try out.close()
+            try SecureFileSystem.rename(temporary, toPath)
+        } catch {
+            try? out.close()
+            unlink(temporary)
+            throw error
+        }
+        SiblingFiles.syncDirectory(of: toPath)
+    }
+
+    package static func lastComponent(_ path: String) -> String {
+        String(path.split(separator: "/", omittingEmptySubsequences: true).last ?? "")
+    }
+
+    private static func openRegularFile(_ path: String) throws(SecureFileError) -> Int32 {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            if errno == EISDIR { throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (only regular files can be wrapped)") }
+            throw .posix(errno, path)
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { let e = errno; close(fd); throw .posix(e, path) }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
+                                  message: "\(path): not a regular file (only regular files can be wrapped)")
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
+    }
+
+    // MARK: the host app
+
+    /// Opens the wrapped file at `path` for reading.
+    /// - Parameters:
+    ///   - sharedGroupID: the group ID the provider used; nil if it used none.
+    ///   - services: the host app's secure services; nil: `SecureServices.current`, started from the
+    ///     environment if needed.
+    /// - Throws: `WrappedFileOpenError.unknownWrapperFormat` for a file that is not a wrapped file;
+    ///   otherwise the engine's error (`badKeyOrCorruptData` for another group's or a damaged file,
+    ///   `noKeys`, `invalidArgument`, I/O errors naming the path).
+    package static func open(atPath path: String, sharedGroupID: String?, services: SecureServices?) throws(WrappedFileOpenError) -> WrappedFileReader {
+        try checkIsWrapped(path)
+        let context = "\(path): readWrappedFile"
+        do throws(SecureFileError) {
+            let provider: SecureServices
+            do throws(SecureServicesError) {
+                provider = try currentServices(services)
+                // Fails early (noKeys, invalidArgument) with the services' own message.
+                _ = try provider.wrappedFileKeyEncryptionKey(groupID: sharedGroupID)
+            } catch {
+                throw SecureFileError(error, context)
+            }
+            // Through a provider that follows the services' lock state: after lock(), reads fail with
+            // noKeys like every other secure handle, and work again after unlock.
+            let file = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, services: provider.wrappedFileKeyProvider(groupID: sharedGroupID))
+            do throws(SecureFileError) {
+                let (name, base) = try readRecord(file)
+                return WrappedFileReader(file: file, actualFileName: name, contentOffset: base)
+            } catch {
+                try? file.close()
+                throw error
+            }
+        } catch {
+            throw .secureFile(error)
+        }
+    }
+
+    /// Looks at the clear header only: is this a secure file of the wrapped-file key class?
+    private static func checkIsWrapped(_ path: String) throws(WrappedFileOpenError) {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            let e = errno
+            if e == EISDIR { throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory")) }
+            throw .secureFile(.posix(e, path))
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw .secureFile(.posix(errno, path)) }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            throw .secureFile(SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
+                                              message: "\(path): not a regular file"))
+        }
+        var head = [UInt8](repeating: 0, count: 16)
+        var got = 0
+        while got < head.count {
+            let n = head.withUnsafeMutableBytes { Glibc.pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
+            if n < 0 { if errno == EINTR { continue }; throw .secureFile(.posix(errno, "\(path): read")) }
+            if n == 0 { break }
+            got += n
+        }
+        guard got == head.count, Array(head[0..<4]) == Array("ACSF".utf8) else {
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (no secure file header)")
+        }
+        guard head[WrappedFileLayout.keyClassOffset] == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (a secure file of key class \(head[WrappedFileLayout.keyClassOffset]), not a wrapped file)")
+        }
+    }
+
+    /// Reads and checks the (authenticated) name record. Returns the name and the offset of the contents.
+    private static func readRecord(_ file: SecureFile) throws(SecureFileError) -> (String, Int64) {
+        let path = file.path
+        var head = [UInt8](repeating: 0, count: WrappedFileLayout.recordHeaderSize)
+        let n = try head.withMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in try file.pread(into: b, at: 0) }
+        guard n == head.count, Array(head[0..<4]) == WrappedFileLayout.magic else {
+            throw .ace(.badKeyOrCorruptData, "\(path): decrypts, but does not start with a wrapped file name record")
+        }
+        guard head[4] == WrappedFileLayout.version else {
+            throw .ace(.badKeyOrCorruptData, "\(path): unsupported wrapped file version \(head[4])")
+        }
+        let length = Int(head[6]) << 8 | Int(head[7])
+        guard head[5] == 0, (1...WrappedFileLayout.maximumNameLength).contains(length) else {
+            throw .ace(.badKeyOrCorruptData, "\(path): malformed wrapped file name record")
+        }
+        var name = [UInt8](repeating: 0, count: length)
+        let m = try name.withMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+            try file.pread(into: b, at: Int64(WrappedFileLayout.recordHeaderSize))
+        }
+        guard m == length, let string = String(validating: name, as: UTF8.self),
+              (try? WrappedFileLayout.validateName(string)) != nil else {
+            throw .ace(.badKeyOrCorruptData, "\(path): malformed wrapped file name")
+        }
+        return (string, Int64(WrappedFileLayout.recordHeaderSize + length))
+    }
+}
+
+/// Why a wrapped file did not open.
+package enum WrappedFileOpenError: Error {
+    /// Not an extension wrapped file (a plain file, or a secure file of another kind): use it as it
+    /// is. The message names the path.
+    case unknownWrapperFormat(String)
+    /// The engine's error.
+    case secureFile(SecureFileError)
+}
+
+/// An open wrapped file: the original file's bytes, at offsets counted from its first byte (the
+/// name record is invisible). Reads never return partial or unauthenticated bytes. Stateless apart
+/// from being open or closed, so it may be used from several threads; the offset is the caller's.
+package final class WrappedFileReader: Sendable {
+    /// The name the extension gave the file (authenticated: it was encrypted with the contents).
+    package let actualFileName: String
+    package let file: SecureFile
+    private let contentOffset: Int64
+    private let closed = Atomic<Bool>(false)
+
+    init(file: SecureFile, actualFileName: String, contentOffset: Int64) {
+        self.file = file
+        self.actualFileName = actualFileName
+        self.contentOffset = contentOffset
+    }
+
+    deinit {
+        // Read-only: closing cannot lose data. ACWrappedFileReadHandle closes (and reports) first.
+        if !closed.load(ordering: .acquiring) { try? file.close() }
+    }
+
+    package var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    /// The length of the original file.
+    package var length: Int64 {
+        get throws(SecureFileError) { max(0, try file.size - contentOffset) }
+    }
+
+    /// Reads up to `buffer.count` bytes of the original file at `offset` (≥ 0); fewer only at the end,
+    /// 0 at or past it.
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
+        precondition(offset >= 0, "WrappedFileReader.read: negative offset")
+        guard buffer.count > 0, offset < SecureFile.maximumFileSize else { return 0 }
+        let available = try length - offset
+        let n = Int(clamping: min(Int64(buffer.count), max(0, available)))
+        var done = 0
+        let start = contentOffset + offset
+        while done < n {
+            let m = try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<n]), at: start + Int64(done))
+            if m == 0 { break }
+            done += m
+        }
+        return done
+    }
+
+    /// Closes the file; later reads fail with EBADF (the engine's closed-handle error). Closing twice
+    /// is harmless.
+    package func close() throws(SecureFileError) {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        try file.close()
+    }
+}
+
+extension SecureFileError {
+    /// A secure services failure as the sharing calls report it: `noKeys` (with the store's errno if
+    /// it had one) or `invalidArgument`, the message prefixed with `context`.
+    package init(_ e: SecureServicesError, _ context: String) {
+        switch e.code {
+        case .noKeys: self = .ace(.noKeys, "\(context): \(e.message)")
+        case .invalidArgument: self = .ace(.invalidArgument, "\(context): \(e.message)")
+        case .wrongPasscode, .corruptStore, .storeIO:
+            self.init(code: .noKeys, errno: e.errno == 0 ? nil : e.errno, message: "\(context): \(e.message)")
+        }
+    }
+}
+
+// Array's `withUnsafe*Bytes` are `rethrows`, which erases `SecureFileError` to `any Error`; these keep
+// the engine's typed errors.
+extension Array where Element == UInt8 {
+    func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
+        try withUnsafeBytes { b in Result { () throws(SecureFileError) in try body(b) } }.get()
+    }
+
+    mutating func withMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
+        try withUnsafeMutableBytes { b in Result { () throws(SecureFileError) in try body(b) } }.get()
+    }
+}
