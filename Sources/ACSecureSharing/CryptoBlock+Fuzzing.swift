@@ -1,6 +1,7 @@
 import ACCrypto
 import ACSecureServices
 import ACSecureSharingCore
+import ACSecureFileCore
 
 /// The crypto block parser as the fuzz target FuzzCryptoBlockParse calls it (SPI: the fuzz package
 /// is another package).
@@ -12,7 +13,13 @@ import ACSecureSharingCore
     /// and the key's fingerprint, or the `NSError` the API would throw.
     public static func parse(_ bytes: [UInt8]) -> Result<(scope: UInt8, fingerprint: [UInt8]), any Error> {
         do {
-            let block = try bytes.withUnsafeBytes { try CryptoBlock.parse($0) }
+            // Through the same bridge as ACWrappedFile.wrapFile: a refusal is an NSError in ACErrorDomain.
+            let block = try ACSharingErrors.bridging { () throws(SecureFileError) -> CryptoBlock in
+                let raw = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
+                defer { raw.deallocate() }
+                raw.copyBytes(from: bytes)
+                return try CryptoBlock.parse(UnsafeRawBufferPointer(raw))
+            }
             return .success((block.scope.rawValue, block.kek.fingerprint))
         } catch {
             return .failure(error)

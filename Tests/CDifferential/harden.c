@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <ACSecureServices.h>
+#include <ACSecureFile/ACSecureServices.h>
 
 static int report(const char *when, struct rlimit *limit, int *dumpable) {
     if (getrlimit(RLIMIT_CORE, limit) != 0) {
