@@ -9,6 +9,8 @@ let package = Package(
         // The POSIX-style C API (CShim's headers) with the engine inside: libACSecureFile.so.
         .library(name: "ACSecureFile", type: .dynamic, targets: ["CShim", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
+        // Encrypted SQLite: the "acsecure" VFS (ACSecureSQLite.h) on the C API, for C and Swift.
+        .library(name: "ACSecureSQLite", targets: ["CACSecureSQLite"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -16,6 +18,7 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CACSystemSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
         .target(name: "ACCrypto", dependencies: ["CLibCrypto", "CSodium"]),
@@ -34,12 +37,16 @@ let package = Package(
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         .target(name: "ACSecureFileCAPI", dependencies: ["CShim", "ACSecureFileCore", "ACSecureServices", "ACSecureSharing"]),
 
+        // The SQLite VFS "acsecure": SQLite's files through the C API (also built as a loadable extension).
+        .target(name: "CACSecureSQLite", dependencies: ["CACSystemSQLite", "CShim", "ACSecureFileCAPI"]),
+
         .executableTarget(name: "acsecure", dependencies: [
             "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
+        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CShim"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CShim", "ACSecureFileCore", "ACSecureServices"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),

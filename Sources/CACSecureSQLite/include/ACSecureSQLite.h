@@ -1,0 +1,57 @@
+/*
+ * ACSecureSQLite.h — encrypted SQLite databases: a SQLite VFS named "acsecure" on ACSecureFile.h.
+ *
+ *     ACSecureSQLiteRegister(0);
+ *     sqlite3_open_v2("app.db", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "acsecure");
+ *
+ *     cc prog.c $(pkg-config --cflags --libs acsecuresqlite)
+ *
+ * The database, its rollback journal, its super-journal and SQLite's temporary files are secure
+ * files (chunked AES-256-GCM, keyed by secure services: ACSecureServices.h; start them before the
+ * first open, or let ACSECURE_APP_ID / ACSECURE_HOME start them from the environment).
+ *
+ * Locking: SQLite's usual protocol (SHARED, RESERVED, PENDING, EXCLUSIVE at SQLite's byte offsets)
+ * with open-file-description locks on "<database>-aclock", an empty plain file next to the database
+ * that is created on first open and never removed (like a WAL database's -shm). The locks cannot live
+ * on the database file itself: the database is opened in the engine's coordinated mode
+ * (ACSECURE_OPEN_SHARED) so that other processes' commits are read, and that mode takes a whole-file
+ * lock on the database for every call, which conflicts with any byte-range lock on the same file,
+ * even one held by the same process. Several processes and several connections of one process may
+ * use one database; use a busy timeout as with any SQLite database.
+ *
+ * Durability: xSync is ACSecureFileFsync (ACSecureFileFdatasync for SQLITE_SYNC_DATAONLY); new
+ * journals also sync their directory. xSectorSize is 4096 (one chunk) and xDeviceCharacteristics
+ * is 0: a chunk is rewritten as a whole, so a torn write can cost the whole chunk, and SQLite
+ * journals whole chunks.
+ *
+ * WAL: not provided (it needs shared memory for its index). PRAGMA journal_mode=WAL fails with
+ * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
+ *
+ * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
+ * scripts/install-c-library.sh):  .load libacsecuresqlite_ext   then   .open file:app.db?vfs=acsecure
+ */
+#ifndef ACSECURESQLITE_H
+#define ACSECURESQLITE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The VFS name to pass to sqlite3_open_v2 (or as ?vfs= in a URI). */
+#define ACSECURE_SQLITE_VFS_NAME "acsecure"
+
+/**
+ * Registers the "acsecure" VFS with SQLite (sqlite3_vfs_register); with makeDefault != 0 it also
+ * becomes the default VFS, so plain sqlite3_open() uses it. Safe to call again (the VFS is
+ * registered once; a later call with makeDefault != 0 makes it the default).
+ *
+ * Returns SQLITE_OK (0), or SQLite's error code: SQLITE_ERROR when SQLite has no default VFS to
+ * take time, randomness and dynamic loading from, or the code of sqlite3_initialize.
+ */
+int ACSecureSQLiteRegister(int makeDefault);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACSECURESQLITE_H */
