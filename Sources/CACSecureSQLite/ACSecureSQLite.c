@@ -13,6 +13,8 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -39,15 +41,116 @@ SQLITE_EXTENSION_INIT1
 
 #define ACSQL_LOCK_SUFFIX "-aclock"
 
+/*
+ * A database file: the process's one secure descriptor of it, shared by every connection.
+ *
+ * The engine keeps one state (length, cached chunk) per file and process, and outside its
+ * coordinated mode it does not reread what other processes wrote until every descriptor of the
+ * file in this process is closed and the file opened again. SQLite's locks already say when that
+ * can be needed: only another process's EXCLUSIVE lock lets it change the database, and that lock
+ * excludes every SHARED lock. So a writer stores a fresh random "change mark" in the first 8 bytes
+ * of "<db>-aclock" before its first change of the database, and a connection that takes a SHARED
+ * lock compares the mark with the one this process last saw: when they differ, the descriptor is
+ * closed and opened again (no connection of this process can be reading then: a SHARED holder
+ * would already have seen the new mark). Reads and writes then need no per-call coordination,
+ * which costs a lock, an fstat and a chunk decryption per call (docs/BENCHMARKS.md).
+ */
+typedef struct ACSQLInode {
+    dev_t dev;
+    ino_t ino;
+    int fd;              /* secure descriptor; -1 after a failed reopen */
+    int oflag;           /* how fd was opened */
+    char *path;
+    int refs;            /* connections using it */
+    uint64_t seen;       /* the change mark when fd was last made current */
+    struct ACSQLFile *journal;  /* the open rollback journal (of the connection holding RESERVED), or NULL */
+    struct ACSQLInode *next;
+} ACSQLInode;
+
+static pthread_mutex_t acsqlInodesMutex = PTHREAD_MUTEX_INITIALIZER;
+static ACSQLInode *acsqlInodes;
+
 typedef struct ACSQLFile {
     sqlite3_file base;
-    int fd;              /* secure descriptor (ACSecureFile*) */
+    int fd;              /* secure descriptor (ACSecureFile*) of a journal or temporary file, -1 for a database */
+    ACSQLInode *inode;   /* a database's shared descriptor, NULL for other files */
     int lockFD;          /* plain descriptor of "<db>-aclock" for OFD locks, -1 for files without locks */
     int lockLevel;       /* SQLITE_LOCK_* held by this connection */
+    int markWritten;     /* this EXCLUSIVE lock has stored a new change mark */
     int needsDirSync;    /* a new journal: sync its directory at the first xSync */
     int lastErrno;
     char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
+    /* A rollback journal's appends, collected into whole runs of chunks: the engine re-encrypts a
+     * chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
+     * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
+     * before any write to its database (the database must never be ahead of its journal). */
+    ACSQLInode *journalOf;
+    unsigned char *pending;
+    sqlite3_int64 pendingOffset;
+    int pendingLength;
 } ACSQLFile;
+
+#define ACSQL_PENDING_CAPACITY (16 * ACSQL_CHUNK_SIZE)
+
+static int acsqlFD(ACSQLFile *f) { return f->inode ? __atomic_load_n(&f->inode->fd, __ATOMIC_ACQUIRE) : f->fd; }
+
+/* The change mark in "<db>-aclock" (0 for a new, empty lock file). */
+static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
+    unsigned char b[8] = {0};
+    ssize_t n;
+    do { n = pread(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
+    if (n < 0) { f->lastErrno = errno; return -1; }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | b[i];
+    *mark = v;
+    return 0;
+}
+
+/* After taking SHARED: reopen the database's descriptor if another process changed the file. */
+static int acsqlRefresh(ACSQLFile *f) {
+    uint64_t mark;
+    if (acsqlReadMark(f, &mark) != 0) return SQLITE_IOERR_READ;
+    ACSQLInode *node = f->inode;
+    int rc = SQLITE_OK;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    if (mark != node->seen || node->fd < 0) {
+        /* Close first: while any descriptor is open the engine keeps the old state. */
+        if (node->fd >= 0) ACSecureFileClose(node->fd);
+        int fd = ACSecureFileOpenWithOptions(node->path, node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC), 0, 0);
+        __atomic_store_n(&node->fd, fd, __ATOMIC_RELEASE);
+        if (fd < 0) {
+            f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_READ, "acsecure: reopen %s after another process changed it: %s", node->path, strerror(errno));
+            rc = errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
+        } else {
+            node->seen = mark;
+        }
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return rc;
+}
+
+/* Before a connection's first change under EXCLUSIVE: a new mark tells other processes to reopen. */
+static int acsqlWriteMark(ACSQLFile *f) {
+    if (f->inode == NULL || f->markWritten) return SQLITE_OK;
+    uint64_t old = 0, mark = 0;
+    if (acsqlReadMark(f, &old) != 0) return SQLITE_IOERR_WRITE;
+    while (mark == 0 || mark == old) sqlite3_randomness((int)sizeof mark, &mark);
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(mark >> (56 - 8 * i));
+    ssize_t n;
+    do { n = pwrite(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof b) {
+        f->lastErrno = n < 0 ? errno : EIO;
+        sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: cannot write the change mark of %s%s: %s", f->path, ACSQL_LOCK_SUFFIX, strerror(f->lastErrno));
+        return SQLITE_IOERR_WRITE;
+    }
+    pthread_mutex_lock(&acsqlInodesMutex);
+    f->inode->seen = mark;  /* this process's descriptor stays current: its own writes go through it */
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    f->markWritten = 1;
+    return SQLITE_OK;
+}
 
 static sqlite3_vfs *acsqlDefaultVFS(sqlite3_vfs *vfs) { return (sqlite3_vfs *)vfs->pAppData; }
 
@@ -86,6 +189,10 @@ static int acsqlLock(sqlite3_file *file, int level) {
             f->lastErrno = errno;
             rc = SQLITE_IOERR_UNLOCK;
         }
+        if (rc == SQLITE_OK && f->inode != NULL && (rc = acsqlRefresh(f)) != SQLITE_OK) {
+            acsqlSetLock(f->lockFD, F_UNLCK, ACSQL_SHARED_FIRST, ACSQL_SHARED_SIZE);
+            return rc;
+        }
         if (rc == SQLITE_OK) f->lockLevel = SQLITE_LOCK_SHARED;
         return rc;
     }
@@ -107,6 +214,7 @@ static int acsqlLock(sqlite3_file *file, int level) {
 static int acsqlUnlock(sqlite3_file *file, int level) {
     ACSQLFile *f = (ACSQLFile *)file;
     if (f->lockLevel <= level) return SQLITE_OK;
+    f->markWritten = 0;
     if (f->lockFD < 0) { f->lockLevel = level; return SQLITE_OK; }
     if (level == SQLITE_LOCK_SHARED) {
         if (f->lockLevel >= SQLITE_LOCK_EXCLUSIVE
@@ -171,12 +279,69 @@ static int acsqlSyncDirectoryOf(const char *path) {
     return rc;
 }
 
+static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_int64 offset) {
+    const char *p = buf;
+    size_t done = 0;
+    while (done < amount) {
+        ssize_t n = ACSecureFilePwrite(acsqlFD(f), p + done, amount - done, (off_t)(offset + (sqlite3_int64)done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: write %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
+                        (long long)offset, strerror(errno), ACSecureFileLastError(acsqlFD(f)));
+            if (errno == ENOSPC || errno == EDQUOT) return SQLITE_FULL;
+            return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
+        }
+        if (n == 0) { f->lastErrno = ENOSPC; return SQLITE_FULL; }
+        done += (size_t)n;
+    }
+    return SQLITE_OK;
+}
+
+static int acsqlFlushPending(ACSQLFile *f) {
+    if (f == NULL || f->pendingLength == 0) return SQLITE_OK;
+    int rc = acsqlPwriteAll(f, f->pending, (size_t)f->pendingLength, f->pendingOffset);
+    f->pendingLength = 0;
+    return rc;
+}
+
+/* Before a database changes: its journal's collected records go to the file first. */
+static int acsqlFlushJournalOf(ACSQLFile *f) {
+    if (f->inode == NULL) return SQLITE_OK;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    ACSQLFile *journal = f->inode->journal;
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return acsqlFlushPending(journal);
+}
+
 static int acsqlClose(sqlite3_file *file) {
     ACSQLFile *f = (ACSQLFile *)file;
-    int rc = SQLITE_OK;
+    int rc = acsqlFlushPending(f);
+    if (f->journalOf != NULL) {
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (f->journalOf->journal == f) f->journalOf->journal = NULL;
+        pthread_mutex_unlock(&acsqlInodesMutex);
+        f->journalOf = NULL;
+    }
+    sqlite3_free(f->pending);
+    f->pending = NULL;
     if (f->lockFD >= 0) {
         close(f->lockFD);  /* releases this connection's OFD locks */
         f->lockFD = -1;
+    }
+    if (f->inode != NULL) {
+        ACSQLInode *node = f->inode, **p;
+        f->inode = NULL;
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (--node->refs == 0) {
+            for (p = &acsqlInodes; *p != node; p = &(*p)->next) {}
+            *p = node->next;
+            if (node->journal != NULL) node->journal->journalOf = NULL;
+            f->fd = node->fd;  /* closed below */
+            sqlite3_free(node->path);
+            sqlite3_free(node);
+        }
+        pthread_mutex_unlock(&acsqlInodesMutex);
     }
     if (f->fd >= 0) {
         if (ACSecureFileClose(f->fd) != 0) {
@@ -193,15 +358,17 @@ static int acsqlClose(sqlite3_file *file) {
 
 static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
     char *p = buf;
     size_t done = 0;
     while (done < (size_t)amount) {
-        ssize_t n = ACSecureFilePread(f->fd, p + done, (size_t)amount - done, (off_t)(offset + (sqlite3_int64)done));
+        ssize_t n = ACSecureFilePread(acsqlFD(f), p + done, (size_t)amount - done, (off_t)(offset + (sqlite3_int64)done));
         if (n < 0) {
             if (errno == EINTR) continue;
             f->lastErrno = errno;
             sqlite3_log(SQLITE_IOERR_READ, "acsecure: read %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
-                        (long long)offset, strerror(errno), ACSecureFileLastError(f->fd));
+                        (long long)offset, strerror(errno), ACSecureFileLastError(acsqlFD(f)));
             return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
         }
         if (n == 0) break;
@@ -217,27 +384,33 @@ static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 of
 
 static int acsqlWrite(sqlite3_file *file, const void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
-    const char *p = buf;
-    size_t done = 0;
-    while (done < (size_t)amount) {
-        ssize_t n = ACSecureFilePwrite(f->fd, p + done, (size_t)amount - done, (off_t)(offset + (sqlite3_int64)done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            f->lastErrno = errno;
-            sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: write %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
-                        (long long)offset, strerror(errno), ACSecureFileLastError(f->fd));
-            if (errno == ENOSPC || errno == EDQUOT) return SQLITE_FULL;
-            return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
+    int rc = acsqlWriteMark(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushJournalOf(f);
+    if (rc != SQLITE_OK) return rc;
+    if (f->pending != NULL) {
+        if (f->pendingLength > 0 && offset == f->pendingOffset + f->pendingLength && f->pendingLength + amount <= ACSQL_PENDING_CAPACITY) {
+            memcpy(f->pending + f->pendingLength, buf, (size_t)amount);
+            f->pendingLength += amount;
+            return SQLITE_OK;
         }
-        if (n == 0) { f->lastErrno = ENOSPC; return SQLITE_FULL; }
-        done += (size_t)n;
+        if ((rc = acsqlFlushPending(f)) != SQLITE_OK) return rc;
+        if (amount < ACSQL_PENDING_CAPACITY) {
+            memcpy(f->pending, buf, (size_t)amount);
+            f->pendingOffset = offset;
+            f->pendingLength = amount;
+            return SQLITE_OK;
+        }
     }
-    return SQLITE_OK;
+    return acsqlPwriteAll(f, buf, (size_t)amount, offset);
 }
 
 static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
-    if (ACSecureFtruncate(f->fd, (off_t)size) != 0) {
+    int rc = acsqlWriteMark(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushJournalOf(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushPending(f);
+    if (rc != SQLITE_OK) return rc;
+    if (ACSecureFtruncate(acsqlFD(f), (off_t)size) != 0) {
         f->lastErrno = errno;
         sqlite3_log(SQLITE_IOERR_TRUNCATE, "acsecure: truncate %s to %lld: %s", f->path ? f->path : "(temporary file)", (long long)size, strerror(errno));
         return SQLITE_IOERR_TRUNCATE;
@@ -247,7 +420,9 @@ static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
 
 static int acsqlSync(sqlite3_file *file, int flags) {
     ACSQLFile *f = (ACSQLFile *)file;
-    int rc = (flags & SQLITE_SYNC_DATAONLY) ? ACSecureFileFdatasync(f->fd) : ACSecureFileFsync(f->fd);
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
+    int rc = (flags & SQLITE_SYNC_DATAONLY) ? ACSecureFileFdatasync(acsqlFD(f)) : ACSecureFileFsync(acsqlFD(f));
     if (rc != 0) {
         f->lastErrno = errno;
         sqlite3_log(SQLITE_IOERR_FSYNC, "acsecure: fsync %s: %s", f->path ? f->path : "(temporary file)", strerror(errno));
@@ -266,8 +441,10 @@ static int acsqlSync(sqlite3_file *file, int flags) {
 
 static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
     ACSQLFile *f = (ACSQLFile *)file;
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
     struct stat st;
-    if (ACSecureFstat(f->fd, &st) != 0) {
+    if (ACSecureFstat(acsqlFD(f), &st) != 0) {
         f->lastErrno = errno;
         return SQLITE_IOERR_FSTAT;
     }
@@ -349,6 +526,43 @@ static int acsqlOpenLockFile(ACSQLFile *f, const char *dbPath, int readOnly) {
     return SQLITE_OK;
 }
 
+/* Makes f->fd the process's descriptor of its database, or closes it in favour of the one there is. */
+static int acsqlShareDescriptor(ACSQLFile *f, int oflag, uint64_t markBeforeOpen) {
+    struct stat st;
+    if (ACSecureFstat(f->fd, &st) != 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+    int rc = SQLITE_OK, closeFD = -1;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    ACSQLInode *node = acsqlInodes;
+    while (node != NULL && !(node->dev == st.st_dev && node->ino == st.st_ino)) node = node->next;
+    if (node == NULL) {
+        node = sqlite3_malloc(sizeof *node);
+        char *path = sqlite3_mprintf("%s", f->path);
+        if (node == NULL || path == NULL) {
+            sqlite3_free(node);
+            sqlite3_free(path);
+            rc = SQLITE_NOMEM;
+        } else {
+            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, path, 0, markBeforeOpen, NULL, acsqlInodes};
+            acsqlInodes = node;
+        }
+    } else if ((oflag & O_ACCMODE) == O_RDWR && (node->oflag & O_ACCMODE) != O_RDWR) {
+        /* Keep a writable descriptor: the engine moves its state to it when the old one closes. */
+        closeFD = node->fd;
+        __atomic_store_n(&node->fd, f->fd, __ATOMIC_RELEASE);
+        node->oflag = oflag;
+    } else {
+        closeFD = f->fd;
+    }
+    if (rc == SQLITE_OK) {
+        node->refs++;
+        f->inode = node;
+        f->fd = -1;
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    if (closeFD >= 0) ACSecureFileClose(closeFD);
+    return rc;
+}
+
 static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int flags, int *outFlags) {
     ACSQLFile *f = (ACSQLFile *)file;
     memset(f, 0, sizeof *f);
@@ -360,10 +574,10 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
     int oflag = (readOnly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     if (flags & SQLITE_OPEN_CREATE) oflag |= O_CREAT;
     if (flags & SQLITE_OPEN_EXCLUSIVE) oflag |= O_EXCL;
-    /* Files other processes may open (database, journals) use the engine's coordinated mode; a
-     * connection's private temporary files buffer writes. */
+    /* Files other processes may open (database, journals) are written through; a connection's
+     * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
     int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
-    unsigned int options = shared ? ACSECURE_OPEN_SHARED : ACSECURE_OPEN_WRITE_BACK;
+    unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
 
     if (name == NULL) {
         /* An anonymous temporary file: a fresh secure file that is unlinked at once. */
@@ -404,6 +618,19 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             }
             if (flags & SQLITE_OPEN_CREATE) f->needsDirSync = 1;
         }
+        /* The change mark before the open: a change after this read makes the first SHARED lock reopen. */
+        uint64_t markBeforeOpen = 0;
+        if (type & SQLITE_OPEN_MAIN_DB) {
+            char *lockPath = sqlite3_mprintf("%s%s", name, ACSQL_LOCK_SUFFIX);
+            int lfd = lockPath ? open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+            sqlite3_free(lockPath);
+            if (lfd >= 0) {
+                f->lockFD = lfd;
+                if (acsqlReadMark(f, &markBeforeOpen) != 0) markBeforeOpen = 0;
+                close(lfd);
+                f->lockFD = -1;
+            }
+        }
         f->fd = ACSecureFileOpenWithOptions(name, oflag, mode, options);
         if (f->fd < 0 && errno == EACCES && !readOnly && (type & SQLITE_OPEN_MAIN_DB)) {
             /* Like the unix VFS: a database we may not write is opened read-only. EACCES without
@@ -424,10 +651,33 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             return (e == EIO && (type & SQLITE_OPEN_MAIN_DB)) ? SQLITE_NOTADB : SQLITE_CANTOPEN;
         }
         if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
+        if (type & SQLITE_OPEN_MAIN_JOURNAL) {
+            f->pending = sqlite3_malloc(ACSQL_PENDING_CAPACITY);
+            if (f->pending == NULL) {
+                ACSecureFileClose(f->fd);
+                f->fd = -1;
+                sqlite3_free(f->path);
+                f->path = NULL;
+                return SQLITE_NOMEM;
+            }
+            size_t n = strlen(name), sn = strlen("-journal");
+            pthread_mutex_lock(&acsqlInodesMutex);
+            for (ACSQLInode *node = acsqlInodes; node != NULL && n > sn; node = node->next) {
+                if (strlen(node->path) == n - sn && strncmp(node->path, name, n - sn) == 0) {
+                    node->journal = f;
+                    f->journalOf = node;
+                    break;
+                }
+            }
+            pthread_mutex_unlock(&acsqlInodesMutex);
+        }
         if (type & SQLITE_OPEN_MAIN_DB) {
             int rc = acsqlOpenLockFile(f, name, readOnly);
+            if (rc == SQLITE_OK) rc = acsqlShareDescriptor(f, readOnly ? (oflag & ~O_RDWR) | O_RDONLY : oflag, markBeforeOpen);
             if (rc != SQLITE_OK) {
-                ACSecureFileClose(f->fd);
+                if (f->lockFD >= 0) close(f->lockFD);
+                f->lockFD = -1;
+                if (f->fd >= 0) ACSecureFileClose(f->fd);
                 f->fd = -1;
                 sqlite3_free(f->path);
                 f->path = NULL;

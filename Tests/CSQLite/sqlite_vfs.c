@@ -6,10 +6,13 @@
  *                                    text in the database or in a live rollback journal
  *   sqlite_vfs multi DB WRITERS N    WRITERS processes insert N rows each (one transaction per row,
  *                                    busy timeout) into one database: every row is there
- *   sqlite_vfs crash DB ROUNDS SEED  a writer (synchronous=FULL, rollback journal) SIGKILLed at
- *                                    ROUNDS random moments: after each kill the database opens,
- *                                    passes integrity_check and holds every committed transaction
- *   (internal) sqlite_vfs writer DB ID N / sqlite_vfs crash-child DB
+ *   sqlite_vfs crash DB ROUNDS SEED [SYNC]
+ *                                    a writer (synchronous=SYNC, default FULL; rollback journal)
+ *                                    SIGKILLed at ROUNDS random moments: after each kill the database
+ *                                    opens, passes integrity_check and holds every committed
+ *                                    transaction (OFF checks that the VFS never lets the database
+ *                                    get ahead of its journal without SQLite's syncs to order them)
+ *   (internal) sqlite_vfs writer DB ID N / sqlite_vfs crash-child DB SYNC
  *
  * Secure services come from the environment (ACSECURE_HOME, ACSECURE_APP_ID).
  * Exits 0 when every check passed; prints each failure.
@@ -252,14 +255,17 @@ static int runMulti(const char *path, int writers, int n) {
 /* ---- SIGKILL */
 
 static const char *crashSchema =
-    "PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL; PRAGMA cache_size = 20;"
+    "PRAGMA journal_mode = DELETE; PRAGMA cache_size = 20;"
     "CREATE TABLE IF NOT EXISTS tx(id INTEGER PRIMARY KEY, payload TEXT);"
     "CREATE TABLE IF NOT EXISTS item(tx INTEGER, k INTEGER, v TEXT);"
     "CREATE INDEX IF NOT EXISTS item_k ON item(k);";
 
-static int runCrashChild(const char *path) {
+static int runCrashChild(const char *path, const char *sync) {
     sqlite3 *db = openDB(path, "acsecure");
     exec(db, crashSchema);
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", strcmp(sync, "OFF") == 0 ? "OFF" : "FULL");
+    exec(db, pragma);
     long long next = scalar(db, "SELECT coalesce(max(id), 0) + 1 FROM tx");
     if (next < 1) return 2;
     unsigned seed = (unsigned)getpid();
@@ -282,7 +288,7 @@ static int runCrashChild(const char *path) {
     }
 }
 
-static int runCrash(const char *path, int rounds, unsigned seed) {
+static int runCrash(const char *path, int rounds, unsigned seed, const char *sync) {
     size_t cap = 1 << 16, count = 0;
     long long *committed = malloc(cap * sizeof *committed);
     int hotJournals = 0;
@@ -294,7 +300,7 @@ static int runCrash(const char *path, int rounds, unsigned seed) {
     for (int round = 0; round < rounds; round++) {
         int fds[2];
         if (pipe(fds) != 0) { perror("pipe"); return 2; }
-        char *argv[] = {"sqlite_vfs", "crash-child", (char *)path, NULL};
+        char *argv[] = {"sqlite_vfs", "crash-child", (char *)path, (char *)sync, NULL};
         pid_t pid = spawn(argv, fds[1]);
         close(fds[1]);
         /* Kill somewhere in 0-200 ms: during start-up, open, hot-journal rollback or transactions. */
@@ -341,8 +347,8 @@ static int runCrash(const char *path, int rounds, unsigned seed) {
     sqlite3_close(db);
     CHECK(missing == 0, "%lld of %zu committed transactions are missing", missing, count);
     CHECK(count >= (size_t)rounds / 4, "only %zu transactions committed in %d rounds: the kills came too early to test much", count, rounds);
-    if (failures == 0) printf("crash: %d SIGKILLs (%d left a hot journal), %zu committed transactions all present, integrity_check ok after every kill\n",
-           rounds, hotJournals, count);
+    if (failures == 0) printf("crash (synchronous=%s): %d SIGKILLs (%d left a hot journal), %zu committed transactions all present, integrity_check ok after every kill\n",
+           sync, rounds, hotJournals, count);
     free(committed);
     return failures == 0 ? 0 : 1;
 }
@@ -352,8 +358,9 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "workload") == 0) return runWorkload(argv[2]);
     if (argc == 5 && strcmp(argv[1], "multi") == 0) return runMulti(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 5 && strcmp(argv[1], "writer") == 0) return runWriter(argv[2], atoi(argv[3]), atoi(argv[4]));
-    if (argc == 5 && strcmp(argv[1], "crash") == 0) return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10));
-    if (argc == 3 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2]);
-    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | crash DB ROUNDS SEED\n", argv[0]);
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "crash") == 0)
+        return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10), argc == 6 ? argv[5] : "FULL");
+    if (argc == 4 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2], argv[3]);
+    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | crash DB ROUNDS SEED [FULL|OFF]\n", argv[0]);
     return 2;
 }

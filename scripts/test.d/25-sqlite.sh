@@ -3,7 +3,8 @@
 # prefix by scripts/install-c-library.sh, programs built with cc + `pkg-config acsecuresqlite`.
 #   - Tests/CSQLite/sqlite_vfs.c: the same workload on SQLite's default VFS and on "acsecure"
 #     (identical results, integrity_check, nothing in the clear), 2 writer processes and a reader on
-#     one database, and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments;
+#     one database, and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
+#     synchronous=FULL, then at half as many with synchronous=OFF;
 #   - Examples/c/secure-sqlite.c;
 #   - the sqlite3 shell loading libacsecuresqlite_ext.so.
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
@@ -33,7 +34,9 @@ status=0
 mkdir "$work/workload" && "$work/sqlite_vfs" workload "$work/workload" || status=1
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
-mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" || status=1
+mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" FULL || status=1
+# synchronous=OFF: no xSync orders journal and database, so this checks the VFS's own ordering.
+mkdir "$work/crash-off" && "$work/sqlite_vfs" crash "$work/crash-off/crash.db" $((kills / 2)) "$((seed + 1))" OFF || status=1
 
 # The example, then its database through the sqlite3 shell with the extension loaded.
 (cd "$work" && ./secure-sqlite notes.db "first note" && ./secure-sqlite notes.db "second note") >"$work/example.out" || status=1

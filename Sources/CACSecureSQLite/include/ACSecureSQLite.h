@@ -11,13 +11,19 @@
  * first open, or let ACSECURE_APP_ID / ACSECURE_HOME start them from the environment).
  *
  * Locking: SQLite's usual protocol (SHARED, RESERVED, PENDING, EXCLUSIVE at SQLite's byte offsets)
- * with open-file-description locks on "<database>-aclock", an empty plain file next to the database
- * that is created on first open and never removed (like a WAL database's -shm). The locks cannot live
- * on the database file itself: the database is opened in the engine's coordinated mode
- * (ACSECURE_OPEN_SHARED) so that other processes' commits are read, and that mode takes a whole-file
- * lock on the database for every call, which conflicts with any byte-range lock on the same file,
- * even one held by the same process. Several processes and several connections of one process may
- * use one database; use a busy timeout as with any SQLite database.
+ * with open-file-description locks on "<database>-aclock", a small plain file next to the database
+ * that is created on first open and never removed (like a WAL database's -shm). Several processes,
+ * and several connections of one process, may use one database; use a busy timeout as with any
+ * SQLite database. The locks are not on the database file itself because the engine's coordinated
+ * mode (ACSECURE_OPEN_SHARED) takes a whole-file lock on it for every call, which conflicts with any
+ * byte-range lock on the same file, even one held by the same process (a writer holding EXCLUSIVE
+ * would block on its own write).
+ * The VFS does not use that mode: SQLite's locks already order readers and writers, so a process
+ * only has to reread the file after another process changed it. A writer stores a new random
+ * "change mark" in the first 8 bytes of "<database>-aclock" before it changes the database; a
+ * connection that takes a SHARED lock and finds a mark this process has not seen reopens the
+ * process's descriptor of the database (the engine then drops its cached length and chunk). The
+ * lock file holds nothing but locks and that mark.
  *
  * Durability: xSync is ACSecureFileFsync (ACSecureFileFdatasync for SQLITE_SYNC_DATAONLY); new
  * journals also sync their directory. xSectorSize is 4096 (one chunk) and xDeviceCharacteristics
