@@ -84,6 +84,7 @@ typedef struct ACSQLFile {
      * chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
      * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
      * before any write to its database (the database must never be ahead of its journal). */
+    int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */
     ACSQLInode *journalOf;
     unsigned char *pending;
     sqlite3_int64 pendingOffset;
@@ -356,6 +357,16 @@ static int acsqlClose(sqlite3_file *file) {
     return rc;
 }
 
+/* Whether a database has a journal with content (a rollback is due or a commit is under way). */
+static int acsqlHasJournal(ACSQLFile *f) {
+    if (f->inode == NULL || f->path == NULL) return 0;
+    char *journal = sqlite3_mprintf("%s-journal", f->path);
+    struct stat st;
+    int has = journal != NULL && stat(journal, &st) == 0 && st.st_size > 0;
+    sqlite3_free(journal);
+    return has;
+}
+
 static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
     int frc = acsqlFlushPending(f);
@@ -366,10 +377,29 @@ static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 of
         ssize_t n = ACSecureFilePread(acsqlFD(f), p + done, (size_t)amount - done, (off_t)(offset + (sqlite3_int64)done));
         if (n < 0) {
             if (errno == EINTR) continue;
-            f->lastErrno = errno;
+            int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR && (f->journalKind || acsqlHasJournal(f))) {
+                /* A journal chunk torn by a crash in the middle of its write (the engine rewrites a
+                 * chunk in place: docs/FORMAT.md "What a crash can cost"). SQLite expects a torn
+                 * sector of a journal to hold garbage, which its record checksums and header magic
+                 * reject; it never rewrites a synced sector (the sector size is the chunk size), so
+                 * a torn chunk holds nothing a rollback needs. Give it zeros for that chunk.
+                 * A database chunk torn the same way (or being written by another process: SQLite
+                 * reads the header before it locks) is read as zeros only while a journal exists:
+                 * the page is then in the journal, which restores it before any other use. */
+                sqlite3_int64 at = offset + (sqlite3_int64)done;
+                sqlite3_int64 chunkEnd = (at / ACSQL_CHUNK_SIZE + 1) * ACSQL_CHUNK_SIZE;
+                size_t span = (size_t)(chunkEnd - at) < (size_t)amount - done ? (size_t)(chunkEnd - at) : (size_t)amount - done;
+                sqlite3_log(SQLITE_WARNING, "acsecure: %s: the chunk at %lld fails authentication (a write torn by a crash): read as zeros",
+                            f->path ? f->path : "(journal)", (long long)(at / ACSQL_CHUNK_SIZE * ACSQL_CHUNK_SIZE));
+                memset(p + done, 0, span);
+                done += span;
+                continue;
+            }
+            f->lastErrno = e;
             sqlite3_log(SQLITE_IOERR_READ, "acsecure: read %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
-                        (long long)offset, strerror(errno), ACSecureFileLastError(acsqlFD(f)));
-            return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
+                        (long long)offset, strerror(e), ace);
+            return e == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
         }
         if (n == 0) break;
         done += (size_t)n;
@@ -617,6 +647,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
                 sqlite3_free(db);
             }
             if (flags & SQLITE_OPEN_CREATE) f->needsDirSync = 1;
+            f->journalKind = (type & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL)) != 0;
         }
         /* The change mark before the open: a change after this read makes the first SHARED lock reopen. */
         uint64_t markBeforeOpen = 0;

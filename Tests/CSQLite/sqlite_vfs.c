@@ -353,7 +353,14 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
     return failures == 0 ? 0 : 1;
 }
 
+/* The VFS explains its I/O errors through sqlite3_log: show them next to a failure. */
+static void logMessage(void *unused, int code, const char *message) {
+    (void)unused;
+    if (strncmp(message, "acsecure:", 9) == 0) fprintf(stderr, "sqlite log (%d): %s\n", code, message);
+}
+
 int main(int argc, char **argv) {
+    sqlite3_config(SQLITE_CONFIG_LOG, logMessage, NULL);
     if (ACSecureSQLiteRegister(0) != SQLITE_OK) { fprintf(stderr, "ACSecureSQLiteRegister failed\n"); return 2; }
     if (argc == 3 && strcmp(argv[1], "workload") == 0) return runWorkload(argv[2]);
     if (argc == 5 && strcmp(argv[1], "multi") == 0) return runMulti(argv[2], atoi(argv[3]), atoi(argv[4]));
