@@ -80,8 +80,8 @@ typedef struct ACSQLFile {
     int needsDirSync;    /* a new journal: sync its directory at the first xSync */
     int lastErrno;
     char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
-    /* A rollback journal's appends, collected into whole runs of chunks: the engine re-encrypts a
-     * chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
+    /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
+     * a chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
      * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
      * before any write to its database (the database must never be ahead of its journal). */
     int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */

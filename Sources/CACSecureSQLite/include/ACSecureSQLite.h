@@ -26,9 +26,17 @@
  * lock file holds nothing but locks and that mark.
  *
  * Durability: xSync is ACSecureFileFsync (ACSecureFileFdatasync for SQLITE_SYNC_DATAONLY); new
- * journals also sync their directory. xSectorSize is 4096 (one chunk) and xDeviceCharacteristics
- * is 0: a chunk is rewritten as a whole, so a torn write can cost the whole chunk, and SQLite
- * journals whole chunks.
+ * journals also sync their directory. Writes are in the file when xWrite returns (the engine's
+ * write-through mode), except a rollback journal's appends, which the VFS collects into writes of
+ * up to 64 KiB (each 4104-byte record would otherwise re-encrypt a chunk twice) and writes before
+ * the journal is read, synced, truncated or closed and before any write to the database, so the database is never ahead of its journal, even with
+ * synchronous=OFF. xSectorSize is 4096 (one chunk) and xDeviceCharacteristics is 0 (no ATOMIC*,
+ * SAFE_APPEND or POWERSAFE_OVERWRITE): the engine rewrites a chunk in place, so a write torn by a
+ * crash can cost the whole chunk, and SQLite then journals whole chunks and never rewrites a
+ * synced journal chunk. Such a torn chunk fails authentication; the VFS reads it as zeros in a
+ * journal (SQLite's record checksums reject it, as they reject a torn sector of a plain journal)
+ * and in a database while the database's journal exists (the rollback restores the page);
+ * anywhere else it is an error (SQLITE_IOERR_READ), never wrong data.
  *
  * WAL: not provided (it needs shared memory for its index). PRAGMA journal_mode=WAL fails with
  * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
