@@ -63,7 +63,7 @@ cc -O2 "$out/src/register-acsecure.c" "$out/speedtest1.o" "${vfs_flags[@]}" -o "
 # SQLCipher 3.4 is SQLite 3.15: build speedtest1 against its own headers (plus a constant it lacks, used
 # only with --reserve).
 cc -O2 -w -DSQLITE_HAS_CODEC -DSQLITE_FCNTL_RESERVE_BYTES=38 "$src" "${cipher_flags[@]}" -o "$out/speedtest1-sqlcipher"
-echo "sqlite-speedtest: libsqlite3 $(pkg-config --modversion sqlite3), speedtest1.c $(grep -m1 -o 'SQLite version [0-9.]*' "$src" || echo from sqlite3 source package), sqlcipher $(pkg-config --modversion sqlcipher)" >&2
+echo "sqlite-speedtest: libsqlite3 $(pkg-config --modversion sqlite3) (speedtest1.c from the same Debian source package), sqlcipher $(pkg-config --modversion sqlcipher)" >&2
 
 # ---- runs
 export ACSECURE_HOME="$out/store" ACSECURE_APP_ID="sqlite-speedtest"
