@@ -9,6 +9,8 @@ let package = Package(
         // The POSIX-style C API (CACSecureFile's headers) with the engine inside: libACSecureFile.so.
         .library(name: "ACSecureFile", type: .dynamic, targets: ["CACSecureFile", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
+        // Encrypted SQLite: the "acsecure" VFS (ACSecureSQLite.h) on the C API, for C and Swift.
+        .library(name: "ACSecureSQLite", targets: ["CACSecureSQLite"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -16,6 +18,7 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CACSecureLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CACSystemSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
@@ -39,12 +42,16 @@ let package = Package(
         // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
         .target(name: "ACSecureFileCAPI", dependencies: ["CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
 
+        // The SQLite VFS "acsecure": SQLite's files through the C API (also built as a loadable extension).
+        .target(name: "CACSecureSQLite", dependencies: ["CACSystemSQLite", "CACSecureFile", "ACSecureFileCAPI"]),
+
         .executableTarget(name: "acsecure", dependencies: [
             "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
+        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),

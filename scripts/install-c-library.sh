@@ -9,6 +9,12 @@
 #     PREFIX/lib/libACSecureFile.so.1.0.0, and the links libACSecureFile.so.1 (the SONAME) and
 #         libACSecureFile.so (for -lACSecureFile)
 #     PREFIX/lib/pkgconfig/acsecurefile.pc
+# and the encrypted-SQLite VFS "acsecure" (ACSecureSQLite.h), built with cc against the above and the
+# system libsqlite3:
+#     PREFIX/include/ACSecureFile/ACSecureSQLite.h
+#     PREFIX/lib/libACSecureSQLite.so          (cc prog.c $(pkg-config --cflags --libs acsecuresqlite))
+#     PREFIX/lib/libacsecuresqlite_ext.so      (sqlite3 shell: .load PREFIX/lib/libacsecuresqlite_ext)
+#     PREFIX/lib/pkgconfig/acsecuresqlite.pc
 #
 # The library carries the Swift runtime inside (linked with -static-stdlib): it needs only the
 # system's libcrypto (OpenSSL 3), libsodium, libstdc++ and libc, so a C program runs on a machine
@@ -22,7 +28,7 @@
 # LD_LIBRARY_PATH, or by installing into a directory ld.so already searches (then run ldconfig).
 #
 # usage: scripts/install-c-library.sh PREFIX
-# environment: SWIFT_SCRATCH_PATH  SwiftPM build directory (default .build)
+# environment: SWIFT_SCRATCH_PATH  SwiftPM build directory (default .build); CC (default cc)
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -90,6 +96,33 @@ Version: $version
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -lACSecureFile -Wl,-rpath,\${libdir}
 Requires.private: libcrypto libsodium
+PC
+
+# The SQLite VFS: one source, built as a library linked with libsqlite3 and as a loadable extension
+# (which reaches SQLite through the extension API table, so it works in any host that loads it).
+cc="${CC:-cc}"
+read -r -a sqlite_cflags <<<"$(pkg-config --cflags sqlite3)"
+read -r -a sqlite_libs <<<"$(pkg-config --libs sqlite3)"
+vfs_src="$root/Sources/CACSecureSQLite/ACSecureSQLite.c"
+vfs_flags=(-std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -I"$prefix/include" -I"$root/Sources/CACSecureSQLite/include" "${sqlite_cflags[@]}")
+install -m 0644 "$root/Sources/CACSecureSQLite/include/ACSecureFile/ACSecureSQLite.h" "$prefix/include/ACSecureFile/ACSecureSQLite.h"
+echo "install-c-library: building libACSecureSQLite.so and libacsecuresqlite_ext.so" >&2
+"$cc" "${vfs_flags[@]}" "$vfs_src" -L"$prefix/lib" -lACSecureFile -Wl,-rpath,"$prefix/lib" "${sqlite_libs[@]}" \
+    -Wl,-soname,libACSecureSQLite.so -o "$prefix/lib/libACSecureSQLite.so"
+"$cc" "${vfs_flags[@]}" -DACSECURE_SQLITE_EXTENSION "$vfs_src" -L"$prefix/lib" -lACSecureFile -Wl,-rpath,"$prefix/lib" \
+    -o "$prefix/lib/libacsecuresqlite_ext.so"
+cat > "$prefix/lib/pkgconfig/acsecuresqlite.pc" <<PC
+prefix=$prefix
+includedir=\${prefix}/include
+libdir=\${prefix}/lib
+extension=\${libdir}/libacsecuresqlite_ext.so
+
+Name: acsecuresqlite
+Description: Encrypted SQLite: the "acsecure" SQLite VFS on acsecurefile
+Version: $version
+Requires: acsecurefile sqlite3
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -lACSecureSQLite -Wl,-rpath,\${libdir}
 PC
 
 echo "install-c-library: installed into $prefix ($(wc -l <"$work/exported") exported functions, $(stat -c %s "$prefix/lib/$real") bytes)" >&2

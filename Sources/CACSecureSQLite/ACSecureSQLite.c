@@ -1,0 +1,847 @@
+/*
+ * ACSecureSQLite.c — the "acsecure" SQLite VFS: SQLite's files through ACSecureFile.h.
+ *
+ * Built two ways from this one file:
+ *   - as a library linked with libsqlite3 (SwiftPM target CACSecureSQLite, libACSecureSQLite.so);
+ *   - with -DACSECURE_SQLITE_EXTENSION as a loadable extension (libacsecuresqlite_ext.so) for the
+ *     sqlite3 shell: SQLite's functions are then reached through the sqlite3_api table.
+ * See ACSecureSQLite.h for what the VFS promises (locking, durability, WAL).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef ACSECURE_SQLITE_EXTENSION
+#include <sqlite3ext.h>
+SQLITE_EXTENSION_INIT1
+#else
+#include <sqlite3.h>
+#endif
+
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureSQLite.h>
+
+/* SQLite's lock bytes (os.h): the same offsets as the unix VFS, in the "-aclock" file. */
+#define ACSQL_PENDING_BYTE 0x40000000
+#define ACSQL_RESERVED_BYTE (ACSQL_PENDING_BYTE + 1)
+#define ACSQL_SHARED_FIRST (ACSQL_PENDING_BYTE + 2)
+#define ACSQL_SHARED_SIZE 510
+
+/* The engine's plaintext chunk: a write of part of a chunk rewrites (re-encrypts) the whole chunk. */
+#define ACSQL_CHUNK_SIZE 4096
+
+#define ACSQL_LOCK_SUFFIX "-aclock"
+
+/*
+ * A database file: the process's one secure descriptor of it, shared by every connection.
+ *
+ * The engine keeps one state (length, cached chunk) per file and process, and outside its
+ * coordinated mode it does not reread what other processes wrote until every descriptor of the
+ * file in this process is closed and the file opened again. SQLite's locks already say when that
+ * can be needed: only another process's EXCLUSIVE lock lets it change the database, and that lock
+ * excludes every SHARED lock. So a writer stores a fresh random "change mark" in the first 8 bytes
+ * of "<db>-aclock" before its first change of the database, and a connection that takes a SHARED
+ * lock compares the mark with the one this process last saw: when they differ, the descriptor is
+ * closed and opened again (no connection of this process can be reading then: a SHARED holder
+ * would already have seen the new mark). Reads and writes then need no per-call coordination,
+ * which costs a lock, an fstat and a chunk decryption per call (docs/BENCHMARKS.md).
+ */
+typedef struct ACSQLInode {
+    dev_t dev;
+    ino_t ino;
+    int fd;              /* secure descriptor; -1 after a failed reopen */
+    int oflag;           /* how fd was opened */
+    char *path;
+    int refs;            /* connections using it */
+    uint64_t seen;       /* the change mark when fd was last made current */
+    struct ACSQLFile *journal;  /* the open rollback journal (of the connection holding RESERVED), or NULL */
+    struct ACSQLInode *next;
+} ACSQLInode;
+
+static pthread_mutex_t acsqlInodesMutex = PTHREAD_MUTEX_INITIALIZER;
+static ACSQLInode *acsqlInodes;
+
+typedef struct ACSQLFile {
+    sqlite3_file base;
+    int fd;              /* secure descriptor (ACSecureFile*) of a journal or temporary file, -1 for a database */
+    ACSQLInode *inode;   /* a database's shared descriptor, NULL for other files */
+    int lockFD;          /* plain descriptor of "<db>-aclock" for OFD locks, -1 for files without locks */
+    int lockLevel;       /* SQLITE_LOCK_* held by this connection */
+    int markWritten;     /* this EXCLUSIVE lock has stored a new change mark */
+    int needsDirSync;    /* a new journal: sync its directory at the first xSync */
+    int lastErrno;
+    char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
+    /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
+     * a chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
+     * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
+     * before any write to its database (the database must never be ahead of its journal). */
+    int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */
+    ACSQLInode *journalOf;
+    unsigned char *pending;
+    sqlite3_int64 pendingOffset;
+    int pendingLength;
+} ACSQLFile;
+
+#define ACSQL_PENDING_CAPACITY (16 * ACSQL_CHUNK_SIZE)
+
+static int acsqlFD(ACSQLFile *f) { return f->inode ? __atomic_load_n(&f->inode->fd, __ATOMIC_ACQUIRE) : f->fd; }
+
+/* The change mark in "<db>-aclock" (0 for a new, empty lock file). */
+static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
+    unsigned char b[8] = {0};
+    ssize_t n;
+    do { n = pread(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
+    if (n < 0) { f->lastErrno = errno; return -1; }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | b[i];
+    *mark = v;
+    return 0;
+}
+
+/* After taking SHARED: reopen the database's descriptor if another process changed the file. */
+static int acsqlRefresh(ACSQLFile *f) {
+    uint64_t mark;
+    if (acsqlReadMark(f, &mark) != 0) return SQLITE_IOERR_READ;
+    ACSQLInode *node = f->inode;
+    int rc = SQLITE_OK;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    if (mark != node->seen || node->fd < 0) {
+        /* Close first: while any descriptor is open the engine keeps the old state. */
+        if (node->fd >= 0) ACSecureFileClose(node->fd);
+        int fd = ACSecureFileOpenWithOptions(node->path, node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC), 0, 0);
+        __atomic_store_n(&node->fd, fd, __ATOMIC_RELEASE);
+        if (fd < 0) {
+            f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_READ, "acsecure: reopen %s after another process changed it: %s", node->path, strerror(errno));
+            rc = errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
+        } else {
+            node->seen = mark;
+        }
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return rc;
+}
+
+/* Before a connection's first change under EXCLUSIVE: a new mark tells other processes to reopen. */
+static int acsqlWriteMark(ACSQLFile *f) {
+    if (f->inode == NULL || f->markWritten) return SQLITE_OK;
+    uint64_t old = 0, mark = 0;
+    if (acsqlReadMark(f, &old) != 0) return SQLITE_IOERR_WRITE;
+    while (mark == 0 || mark == old) sqlite3_randomness((int)sizeof mark, &mark);
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(mark >> (56 - 8 * i));
+    ssize_t n;
+    do { n = pwrite(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof b) {
+        f->lastErrno = n < 0 ? errno : EIO;
+        sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: cannot write the change mark of %s%s: %s", f->path, ACSQL_LOCK_SUFFIX, strerror(f->lastErrno));
+        return SQLITE_IOERR_WRITE;
+    }
+    pthread_mutex_lock(&acsqlInodesMutex);
+    f->inode->seen = mark;  /* this process's descriptor stays current: its own writes go through it */
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    f->markWritten = 1;
+    return SQLITE_OK;
+}
+
+static sqlite3_vfs *acsqlDefaultVFS(sqlite3_vfs *vfs) { return (sqlite3_vfs *)vfs->pAppData; }
+
+/* ---- Locks: open-file-description locks, so each connection (not each process) owns its locks. */
+
+static int acsqlSetLock(int fd, short type, off_t start, off_t len) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = start;
+    fl.l_len = len;
+    for (;;) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 0;
+        if (errno != EINTR) return -1;
+    }
+}
+
+/* SQLITE_BUSY when another connection holds a conflicting lock, else the I/O error code. */
+static int acsqlLockFailure(ACSQLFile *f, int ioerr) {
+    int e = errno;
+    f->lastErrno = e;
+    return (e == EAGAIN || e == EACCES) ? SQLITE_BUSY : ioerr;
+}
+
+static int acsqlLock(sqlite3_file *file, int level) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    if (f->lockLevel >= level) return SQLITE_OK;
+    if (f->lockFD < 0) { f->lockLevel = level; return SQLITE_OK; }
+    if (level == SQLITE_LOCK_SHARED) {
+        /* A writer waiting for EXCLUSIVE holds PENDING: new readers keep out until it is done. */
+        if (acsqlSetLock(f->lockFD, F_RDLCK, ACSQL_PENDING_BYTE, 1) != 0) return acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+        int rc = SQLITE_OK;
+        if (acsqlSetLock(f->lockFD, F_RDLCK, ACSQL_SHARED_FIRST, ACSQL_SHARED_SIZE) != 0) rc = acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+        if (acsqlSetLock(f->lockFD, F_UNLCK, ACSQL_PENDING_BYTE, 1) != 0 && rc == SQLITE_OK) {
+            f->lastErrno = errno;
+            rc = SQLITE_IOERR_UNLOCK;
+        }
+        if (rc == SQLITE_OK && f->inode != NULL && (rc = acsqlRefresh(f)) != SQLITE_OK) {
+            acsqlSetLock(f->lockFD, F_UNLCK, ACSQL_SHARED_FIRST, ACSQL_SHARED_SIZE);
+            return rc;
+        }
+        if (rc == SQLITE_OK) f->lockLevel = SQLITE_LOCK_SHARED;
+        return rc;
+    }
+    if (level == SQLITE_LOCK_RESERVED) {
+        if (acsqlSetLock(f->lockFD, F_WRLCK, ACSQL_RESERVED_BYTE, 1) != 0) return acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+        f->lockLevel = SQLITE_LOCK_RESERVED;
+        return SQLITE_OK;
+    }
+    /* EXCLUSIVE (SQLite asks for it, never for PENDING directly): PENDING first, then the readers' range. */
+    if (f->lockLevel < SQLITE_LOCK_PENDING) {
+        if (acsqlSetLock(f->lockFD, F_WRLCK, ACSQL_PENDING_BYTE, 1) != 0) return acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+        f->lockLevel = SQLITE_LOCK_PENDING;
+    }
+    if (acsqlSetLock(f->lockFD, F_WRLCK, ACSQL_SHARED_FIRST, ACSQL_SHARED_SIZE) != 0) return acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+    f->lockLevel = SQLITE_LOCK_EXCLUSIVE;
+    return SQLITE_OK;
+}
+
+static int acsqlUnlock(sqlite3_file *file, int level) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    if (f->lockLevel <= level) return SQLITE_OK;
+    f->markWritten = 0;
+    if (f->lockFD < 0) { f->lockLevel = level; return SQLITE_OK; }
+    if (level == SQLITE_LOCK_SHARED) {
+        if (f->lockLevel >= SQLITE_LOCK_EXCLUSIVE
+            && acsqlSetLock(f->lockFD, F_RDLCK, ACSQL_SHARED_FIRST, ACSQL_SHARED_SIZE) != 0) {
+            f->lastErrno = errno;
+            return SQLITE_IOERR_RDLOCK;
+        }
+        /* PENDING and RESERVED are adjacent: release both at once. */
+        if (acsqlSetLock(f->lockFD, F_UNLCK, ACSQL_PENDING_BYTE, 2) != 0) {
+            f->lastErrno = errno;
+            return SQLITE_IOERR_UNLOCK;
+        }
+        f->lockLevel = SQLITE_LOCK_SHARED;
+        return SQLITE_OK;
+    }
+    if (acsqlSetLock(f->lockFD, F_UNLCK, ACSQL_PENDING_BYTE, 2 + ACSQL_SHARED_SIZE) != 0) {
+        f->lastErrno = errno;
+        return SQLITE_IOERR_UNLOCK;
+    }
+    f->lockLevel = SQLITE_LOCK_NONE;
+    return SQLITE_OK;
+}
+
+static int acsqlCheckReservedLock(sqlite3_file *file, int *out) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    if (f->lockLevel >= SQLITE_LOCK_RESERVED || f->lockFD < 0) { *out = f->lockLevel >= SQLITE_LOCK_RESERVED; return SQLITE_OK; }
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = ACSQL_RESERVED_BYTE;
+    fl.l_len = 1;
+    if (fcntl(f->lockFD, F_OFD_GETLK, &fl) != 0) {
+        f->lastErrno = errno;
+        *out = 0;
+        return SQLITE_IOERR_CHECKRESERVEDLOCK;
+    }
+    *out = fl.l_type != F_UNLCK;
+    return SQLITE_OK;
+}
+
+/* ---- I/O through the engine. */
+
+static int acsqlSyncDirectoryOf(const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) { strcpy(dir, "."); }
+    else if (slash == path) { strcpy(dir, "/"); }
+    else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir) { errno = ENAMETOOLONG; return -1; }
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return -1;
+    int rc;
+    do { rc = fsync(dfd); } while (rc != 0 && errno == EINTR);
+    int saved = errno;
+    close(dfd);
+    errno = saved;
+    return rc;
+}
+
+static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_int64 offset) {
+    const char *p = buf;
+    size_t done = 0;
+    while (done < amount) {
+        ssize_t n = ACSecureFilePwrite(acsqlFD(f), p + done, amount - done, (off_t)(offset + (sqlite3_int64)done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: write %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
+                        (long long)offset, strerror(errno), ACSecureFileLastError(acsqlFD(f)));
+            if (errno == ENOSPC || errno == EDQUOT) return SQLITE_FULL;
+            return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
+        }
+        if (n == 0) { f->lastErrno = ENOSPC; return SQLITE_FULL; }
+        done += (size_t)n;
+    }
+    return SQLITE_OK;
+}
+
+static int acsqlFlushPending(ACSQLFile *f) {
+    if (f == NULL || f->pendingLength == 0) return SQLITE_OK;
+    int rc = acsqlPwriteAll(f, f->pending, (size_t)f->pendingLength, f->pendingOffset);
+    f->pendingLength = 0;
+    return rc;
+}
+
+/* Before a database changes: its journal's collected records go to the file first. */
+static int acsqlFlushJournalOf(ACSQLFile *f) {
+    if (f->inode == NULL) return SQLITE_OK;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    ACSQLFile *journal = f->inode->journal;
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return acsqlFlushPending(journal);
+}
+
+static int acsqlClose(sqlite3_file *file) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int rc = acsqlFlushPending(f);
+    if (f->journalOf != NULL) {
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (f->journalOf->journal == f) f->journalOf->journal = NULL;
+        pthread_mutex_unlock(&acsqlInodesMutex);
+        f->journalOf = NULL;
+    }
+    sqlite3_free(f->pending);
+    f->pending = NULL;
+    if (f->lockFD >= 0) {
+        close(f->lockFD);  /* releases this connection's OFD locks */
+        f->lockFD = -1;
+    }
+    if (f->inode != NULL) {
+        ACSQLInode *node = f->inode, **p;
+        f->inode = NULL;
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (--node->refs == 0) {
+            for (p = &acsqlInodes; *p != node; p = &(*p)->next) {}
+            *p = node->next;
+            if (node->journal != NULL) node->journal->journalOf = NULL;
+            f->fd = node->fd;  /* closed below */
+            sqlite3_free(node->path);
+            sqlite3_free(node);
+        }
+        pthread_mutex_unlock(&acsqlInodesMutex);
+    }
+    if (f->fd >= 0) {
+        if (ACSecureFileClose(f->fd) != 0) {
+            f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_CLOSE, "acsecure: close %s: %s", f->path ? f->path : "(temporary file)", strerror(errno));
+            rc = SQLITE_IOERR_CLOSE;
+        }
+        f->fd = -1;
+    }
+    sqlite3_free(f->path);
+    f->path = NULL;
+    return rc;
+}
+
+/* Whether a database has a journal with content (a rollback is due or a commit is under way). */
+static int acsqlHasJournal(ACSQLFile *f) {
+    if (f->inode == NULL || f->path == NULL) return 0;
+    char *journal = sqlite3_mprintf("%s-journal", f->path);
+    struct stat st;
+    int has = journal != NULL && stat(journal, &st) == 0 && st.st_size > 0;
+    sqlite3_free(journal);
+    return has;
+}
+
+static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offset) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
+    char *p = buf;
+    size_t done = 0;
+    while (done < (size_t)amount) {
+        ssize_t n = ACSecureFilePread(acsqlFD(f), p + done, (size_t)amount - done, (off_t)(offset + (sqlite3_int64)done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR && (f->journalKind || acsqlHasJournal(f))) {
+                /* A journal chunk torn by a crash in the middle of its write (the engine rewrites a
+                 * chunk in place: docs/FORMAT.md "What a crash can cost"). SQLite expects a torn
+                 * sector of a journal to hold garbage, which its record checksums and header magic
+                 * reject; it never rewrites a synced sector (the sector size is the chunk size), so
+                 * a torn chunk holds nothing a rollback needs. Give it zeros for that chunk.
+                 * A database chunk torn the same way (or being written by another process: SQLite
+                 * reads the header before it locks) is read as zeros only while a journal exists:
+                 * the page is then in the journal, which restores it before any other use. */
+                sqlite3_int64 at = offset + (sqlite3_int64)done;
+                sqlite3_int64 chunkEnd = (at / ACSQL_CHUNK_SIZE + 1) * ACSQL_CHUNK_SIZE;
+                size_t span = (size_t)(chunkEnd - at) < (size_t)amount - done ? (size_t)(chunkEnd - at) : (size_t)amount - done;
+                sqlite3_log(SQLITE_WARNING, "acsecure: %s: the chunk at %lld fails authentication (a write torn by a crash): read as zeros",
+                            f->path ? f->path : "(journal)", (long long)(at / ACSQL_CHUNK_SIZE * ACSQL_CHUNK_SIZE));
+                memset(p + done, 0, span);
+                done += span;
+                continue;
+            }
+            f->lastErrno = e;
+            sqlite3_log(SQLITE_IOERR_READ, "acsecure: read %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
+                        (long long)offset, strerror(e), ace);
+            return e == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
+        }
+        if (n == 0) break;
+        done += (size_t)n;
+    }
+    if (done < (size_t)amount) {
+        /* SQLite requires the rest zero-filled on a short read. */
+        memset(p + done, 0, (size_t)amount - done);
+        return SQLITE_IOERR_SHORT_READ;
+    }
+    return SQLITE_OK;
+}
+
+static int acsqlWrite(sqlite3_file *file, const void *buf, int amount, sqlite3_int64 offset) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int rc = acsqlWriteMark(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushJournalOf(f);
+    if (rc != SQLITE_OK) return rc;
+    if (f->pending != NULL) {
+        if (f->pendingLength > 0 && offset == f->pendingOffset + f->pendingLength && f->pendingLength + amount <= ACSQL_PENDING_CAPACITY) {
+            memcpy(f->pending + f->pendingLength, buf, (size_t)amount);
+            f->pendingLength += amount;
+            return SQLITE_OK;
+        }
+        if ((rc = acsqlFlushPending(f)) != SQLITE_OK) return rc;
+        if (amount < ACSQL_PENDING_CAPACITY) {
+            memcpy(f->pending, buf, (size_t)amount);
+            f->pendingOffset = offset;
+            f->pendingLength = amount;
+            return SQLITE_OK;
+        }
+    }
+    return acsqlPwriteAll(f, buf, (size_t)amount, offset);
+}
+
+static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int rc = acsqlWriteMark(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushJournalOf(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushPending(f);
+    if (rc != SQLITE_OK) return rc;
+    if (ACSecureFtruncate(acsqlFD(f), (off_t)size) != 0) {
+        f->lastErrno = errno;
+        sqlite3_log(SQLITE_IOERR_TRUNCATE, "acsecure: truncate %s to %lld: %s", f->path ? f->path : "(temporary file)", (long long)size, strerror(errno));
+        return SQLITE_IOERR_TRUNCATE;
+    }
+    return SQLITE_OK;
+}
+
+static int acsqlSync(sqlite3_file *file, int flags) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
+    int rc = (flags & SQLITE_SYNC_DATAONLY) ? ACSecureFileFdatasync(acsqlFD(f)) : ACSecureFileFsync(acsqlFD(f));
+    if (rc != 0) {
+        f->lastErrno = errno;
+        sqlite3_log(SQLITE_IOERR_FSYNC, "acsecure: fsync %s: %s", f->path ? f->path : "(temporary file)", strerror(errno));
+        return SQLITE_IOERR_FSYNC;
+    }
+    if (f->needsDirSync && f->path != NULL) {
+        /* A new journal's directory entry must be durable too, as the unix VFS does. */
+        if (acsqlSyncDirectoryOf(f->path) != 0) {
+            f->lastErrno = errno;
+            return SQLITE_IOERR_DIR_FSYNC;
+        }
+        f->needsDirSync = 0;
+    }
+    return SQLITE_OK;
+}
+
+static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    int frc = acsqlFlushPending(f);
+    if (frc != SQLITE_OK) return frc;
+    struct stat st;
+    if (ACSecureFstat(acsqlFD(f), &st) != 0) {
+        f->lastErrno = errno;
+        return SQLITE_IOERR_FSTAT;
+    }
+    *size = (sqlite3_int64)st.st_size;
+    return SQLITE_OK;
+}
+
+static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    switch (op) {
+    case SQLITE_FCNTL_LOCKSTATE:
+        *(int *)arg = f->lockLevel;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_VFSNAME:
+        *(char **)arg = sqlite3_mprintf("%s", ACSECURE_SQLITE_VFS_NAME);
+        return SQLITE_OK;
+    case SQLITE_FCNTL_PRAGMA: {
+        /* Refuse WAL with a message instead of SQLite's silent fallback to the old journal mode. */
+        char **a = arg;
+        if (a[1] != NULL && a[2] != NULL && sqlite3_stricmp(a[1], "journal_mode") == 0 && sqlite3_stricmp(a[2], "wal") == 0) {
+            a[0] = sqlite3_mprintf("acsecure: journal_mode=WAL is not supported (WAL needs shared memory for its index, "
+                                   "which this VFS does not provide); use DELETE, TRUNCATE or PERSIST");
+            return SQLITE_ERROR;
+        }
+        return SQLITE_NOTFOUND;
+    }
+    default:
+        return SQLITE_NOTFOUND;
+    }
+}
+
+static int acsqlSectorSize(sqlite3_file *file) {
+    (void)file;
+    return ACSQL_CHUNK_SIZE;
+}
+
+static int acsqlDeviceCharacteristics(sqlite3_file *file) {
+    (void)file;
+    /* No ATOMIC*, SAFE_APPEND or POWERSAFE_OVERWRITE: a write re-encrypts whole chunks, and a torn
+     * chunk fails authentication as a whole. */
+    return 0;
+}
+
+static const sqlite3_io_methods acsqlIOMethods = {
+    1,  /* no xShm*: no WAL (see ACSecureSQLite.h) */
+    acsqlClose,
+    acsqlRead,
+    acsqlWrite,
+    acsqlTruncate,
+    acsqlSync,
+    acsqlFileSize,
+    acsqlLock,
+    acsqlUnlock,
+    acsqlCheckReservedLock,
+    acsqlFileControl,
+    acsqlSectorSize,
+    acsqlDeviceCharacteristics,
+    NULL, NULL, NULL, NULL, NULL, NULL,
+};
+
+/* ---- The VFS. */
+
+static int acsqlOpenLockFile(ACSQLFile *f, const char *dbPath, int readOnly) {
+    char *lockPath = sqlite3_mprintf("%s%s", dbPath, ACSQL_LOCK_SUFFIX);
+    if (lockPath == NULL) return SQLITE_NOMEM;
+    struct stat st;
+    mode_t mode = 0644;
+    if (stat(dbPath, &st) == 0) mode = st.st_mode & 0777;
+    int fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0 && readOnly) fd = open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        f->lastErrno = errno;
+        sqlite3_log(SQLITE_CANTOPEN, "acsecure: cannot open lock file %s: %s", lockPath, strerror(errno));
+        sqlite3_free(lockPath);
+        return SQLITE_CANTOPEN;
+    }
+    sqlite3_free(lockPath);
+    f->lockFD = fd;
+    return SQLITE_OK;
+}
+
+/* Makes f->fd the process's descriptor of its database, or closes it in favour of the one there is. */
+static int acsqlShareDescriptor(ACSQLFile *f, int oflag, uint64_t markBeforeOpen) {
+    struct stat st;
+    if (ACSecureFstat(f->fd, &st) != 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+    int rc = SQLITE_OK, closeFD = -1;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    ACSQLInode *node = acsqlInodes;
+    while (node != NULL && !(node->dev == st.st_dev && node->ino == st.st_ino)) node = node->next;
+    if (node == NULL) {
+        node = sqlite3_malloc(sizeof *node);
+        char *path = sqlite3_mprintf("%s", f->path);
+        if (node == NULL || path == NULL) {
+            sqlite3_free(node);
+            sqlite3_free(path);
+            rc = SQLITE_NOMEM;
+        } else {
+            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, path, 0, markBeforeOpen, NULL, acsqlInodes};
+            acsqlInodes = node;
+        }
+    } else if ((oflag & O_ACCMODE) == O_RDWR && (node->oflag & O_ACCMODE) != O_RDWR) {
+        /* Keep a writable descriptor: the engine moves its state to it when the old one closes. */
+        closeFD = node->fd;
+        __atomic_store_n(&node->fd, f->fd, __ATOMIC_RELEASE);
+        node->oflag = oflag;
+    } else {
+        closeFD = f->fd;
+    }
+    if (rc == SQLITE_OK) {
+        node->refs++;
+        f->inode = node;
+        f->fd = -1;
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    if (closeFD >= 0) ACSecureFileClose(closeFD);
+    return rc;
+}
+
+static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int flags, int *outFlags) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->lockFD = -1;
+
+    int type = flags & 0x0FFFFF00;
+    int readOnly = (flags & SQLITE_OPEN_READONLY) != 0;
+    int oflag = (readOnly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    if (flags & SQLITE_OPEN_CREATE) oflag |= O_CREAT;
+    if (flags & SQLITE_OPEN_EXCLUSIVE) oflag |= O_EXCL;
+    /* Files other processes may open (database, journals) are written through; a connection's
+     * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
+    int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
+    unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
+
+    if (name == NULL) {
+        /* An anonymous temporary file: a fresh secure file that is unlinked at once. */
+        const char *dir = getenv("SQLITE_TMPDIR");
+        if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = getenv("TMPDIR");
+        if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = "/var/tmp";
+        if (access(dir, W_OK | X_OK) != 0) dir = "/tmp";
+        for (int attempt = 0; attempt < 100 && f->fd < 0; attempt++) {
+            unsigned long long r;
+            sqlite3_randomness((int)sizeof r, &r);
+            char *tmp = sqlite3_mprintf("%s/etilqs_acsecure_%016llx", dir, r);
+            if (tmp == NULL) return SQLITE_NOMEM;
+            f->fd = ACSecureFileOpenWithOptions(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600, options);
+            int e = errno;
+            if (f->fd >= 0) unlink(tmp);
+            sqlite3_free(tmp);
+            if (f->fd < 0 && e != EEXIST) {
+                f->lastErrno = e;
+                sqlite3_log(SQLITE_CANTOPEN, "acsecure: cannot create a temporary file in %s: %s", dir, strerror(e));
+                return SQLITE_CANTOPEN;
+            }
+        }
+        if (f->fd < 0) return SQLITE_CANTOPEN;
+    } else {
+        f->path = sqlite3_mprintf("%s", name);
+        if (f->path == NULL) return SQLITE_NOMEM;
+        struct stat st;
+        mode_t mode = 0644;
+        if ((type & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL | SQLITE_OPEN_SUPER_JOURNAL)) != 0) {
+            /* A journal gets its database's permissions, as with the unix VFS. */
+            size_t n = strlen(name);
+            const char *suffix = (type & SQLITE_OPEN_WAL) ? "-wal" : "-journal";
+            size_t sn = strlen(suffix);
+            if ((type & SQLITE_OPEN_SUPER_JOURNAL) == 0 && n > sn && strcmp(name + n - sn, suffix) == 0) {
+                char *db = sqlite3_mprintf("%.*s", (int)(n - sn), name);
+                if (db != NULL && stat(db, &st) == 0) mode = st.st_mode & 0777;
+                sqlite3_free(db);
+            }
+            if (flags & SQLITE_OPEN_CREATE) f->needsDirSync = 1;
+            f->journalKind = (type & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL)) != 0;
+        }
+        /* The change mark before the open: a change after this read makes the first SHARED lock reopen. */
+        uint64_t markBeforeOpen = 0;
+        if (type & SQLITE_OPEN_MAIN_DB) {
+            char *lockPath = sqlite3_mprintf("%s%s", name, ACSQL_LOCK_SUFFIX);
+            int lfd = lockPath ? open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+            sqlite3_free(lockPath);
+            if (lfd >= 0) {
+                f->lockFD = lfd;
+                if (acsqlReadMark(f, &markBeforeOpen) != 0) markBeforeOpen = 0;
+                close(lfd);
+                f->lockFD = -1;
+            }
+        }
+        f->fd = ACSecureFileOpenWithOptions(name, oflag, mode, options);
+        if (f->fd < 0 && errno == EACCES && !readOnly && (type & SQLITE_OPEN_MAIN_DB)) {
+            /* Like the unix VFS: a database we may not write is opened read-only. EACCES without
+             * keys fails again below with the same errno. */
+            int e = errno;
+            f->fd = ACSecureFileOpenWithOptions(name, (oflag & ~(O_RDWR | O_CREAT)) | O_RDONLY, mode, options);
+            if (f->fd >= 0) { readOnly = 1; flags = (flags & ~(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY; }
+            else errno = e;
+        }
+        if (f->fd < 0) {
+            int e = errno;
+            f->lastErrno = e;
+            sqlite3_log(SQLITE_CANTOPEN, "acsecure: cannot open %s: %s%s", name, strerror(e),
+                        e == EIO ? " (not a secure file, or encrypted under another key)"
+                        : e == EACCES ? " (permission denied, or secure services have no keys)" : "");
+            sqlite3_free(f->path);
+            f->path = NULL;
+            return (e == EIO && (type & SQLITE_OPEN_MAIN_DB)) ? SQLITE_NOTADB : SQLITE_CANTOPEN;
+        }
+        if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
+        if (type & SQLITE_OPEN_MAIN_JOURNAL) {
+            f->pending = sqlite3_malloc(ACSQL_PENDING_CAPACITY);
+            if (f->pending == NULL) {
+                ACSecureFileClose(f->fd);
+                f->fd = -1;
+                sqlite3_free(f->path);
+                f->path = NULL;
+                return SQLITE_NOMEM;
+            }
+            size_t n = strlen(name), sn = strlen("-journal");
+            pthread_mutex_lock(&acsqlInodesMutex);
+            for (ACSQLInode *node = acsqlInodes; node != NULL && n > sn; node = node->next) {
+                if (strlen(node->path) == n - sn && strncmp(node->path, name, n - sn) == 0) {
+                    node->journal = f;
+                    f->journalOf = node;
+                    break;
+                }
+            }
+            pthread_mutex_unlock(&acsqlInodesMutex);
+        }
+        if (type & SQLITE_OPEN_MAIN_DB) {
+            int rc = acsqlOpenLockFile(f, name, readOnly);
+            if (rc == SQLITE_OK) rc = acsqlShareDescriptor(f, readOnly ? (oflag & ~O_RDWR) | O_RDONLY : oflag, markBeforeOpen);
+            if (rc != SQLITE_OK) {
+                if (f->lockFD >= 0) close(f->lockFD);
+                f->lockFD = -1;
+                if (f->fd >= 0) ACSecureFileClose(f->fd);
+                f->fd = -1;
+                sqlite3_free(f->path);
+                f->path = NULL;
+                return rc;
+            }
+        }
+    }
+    (void)vfs;
+    if (outFlags) *outFlags = flags;
+    f->base.pMethods = &acsqlIOMethods;
+    return SQLITE_OK;
+}
+
+static int acsqlDelete(sqlite3_vfs *vfs, const char *name, int syncDir) {
+    (void)vfs;
+    if (unlink(name) != 0) {
+        if (errno == ENOENT) return SQLITE_IOERR_DELETE_NOENT;
+        sqlite3_log(SQLITE_IOERR_DELETE, "acsecure: delete %s: %s", name, strerror(errno));
+        return SQLITE_IOERR_DELETE;
+    }
+    if (syncDir && acsqlSyncDirectoryOf(name) != 0) return SQLITE_IOERR_DIR_FSYNC;
+    return SQLITE_OK;
+}
+
+static int acsqlAccess(sqlite3_vfs *vfs, const char *name, int flags, int *out) {
+    (void)vfs;
+    struct stat st;
+    switch (flags) {
+    case SQLITE_ACCESS_EXISTS:
+        /* As the unix VFS: an empty file does not count (a journal without content is not hot).
+         * "Empty" means no plaintext: a secure file's header alone is not content. */
+        if (stat(name, &st) != 0) { *out = 0; return SQLITE_OK; }
+        if (!S_ISREG(st.st_mode) || st.st_size == 0) { *out = st.st_size > 0 || !S_ISREG(st.st_mode); return SQLITE_OK; }
+        if (ACSecureLstat(name, &st) == 0) *out = st.st_size > 0;
+        else *out = 1;  /* not a secure file: let the open report it */
+        return SQLITE_OK;
+    case SQLITE_ACCESS_READWRITE:
+        *out = access(name, R_OK | W_OK) == 0;
+        return SQLITE_OK;
+    default:
+        *out = access(name, R_OK) == 0;
+        return SQLITE_OK;
+    }
+}
+
+static int acsqlFullPathname(sqlite3_vfs *vfs, const char *name, int outSize, char *out) {
+    (void)vfs;
+    if (name[0] == '/') {
+        if ((int)strlen(name) >= outSize) return SQLITE_CANTOPEN;
+        memcpy(out, name, strlen(name) + 1);
+        return SQLITE_OK;
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL) return SQLITE_CANTOPEN;
+    if ((int)(strlen(cwd) + 1 + strlen(name)) >= outSize) return SQLITE_CANTOPEN;
+    sqlite3_snprintf(outSize, out, "%s/%s", cwd, name);
+    return SQLITE_OK;
+}
+
+/* Dynamic loading, randomness, sleep and time: the default VFS's. */
+static void *acsqlDlOpen(sqlite3_vfs *vfs, const char *path) { return acsqlDefaultVFS(vfs)->xDlOpen(acsqlDefaultVFS(vfs), path); }
+static void acsqlDlError(sqlite3_vfs *vfs, int n, char *msg) { acsqlDefaultVFS(vfs)->xDlError(acsqlDefaultVFS(vfs), n, msg); }
+static void (*acsqlDlSym(sqlite3_vfs *vfs, void *h, const char *sym))(void) { return acsqlDefaultVFS(vfs)->xDlSym(acsqlDefaultVFS(vfs), h, sym); }
+static void acsqlDlClose(sqlite3_vfs *vfs, void *h) { acsqlDefaultVFS(vfs)->xDlClose(acsqlDefaultVFS(vfs), h); }
+static int acsqlRandomness(sqlite3_vfs *vfs, int n, char *out) { return acsqlDefaultVFS(vfs)->xRandomness(acsqlDefaultVFS(vfs), n, out); }
+static int acsqlSleep(sqlite3_vfs *vfs, int us) { return acsqlDefaultVFS(vfs)->xSleep(acsqlDefaultVFS(vfs), us); }
+static int acsqlCurrentTime(sqlite3_vfs *vfs, double *t) { return acsqlDefaultVFS(vfs)->xCurrentTime(acsqlDefaultVFS(vfs), t); }
+static int acsqlGetLastError(sqlite3_vfs *vfs, int n, char *out) {
+    (void)vfs;
+    if (n > 0) out[0] = '\0';
+    return 0;
+}
+static int acsqlCurrentTimeInt64(sqlite3_vfs *vfs, sqlite3_int64 *t) {
+    sqlite3_vfs *d = acsqlDefaultVFS(vfs);
+    if (d->iVersion >= 2 && d->xCurrentTimeInt64 != NULL) return d->xCurrentTimeInt64(d, t);
+    double r;
+    int rc = d->xCurrentTime(d, &r);
+    *t = (sqlite3_int64)(r * 86400000.0);
+    return rc;
+}
+
+static sqlite3_vfs acsqlVFS = {
+    2,
+    (int)sizeof(ACSQLFile),
+    512,
+    NULL,
+    ACSECURE_SQLITE_VFS_NAME,
+    NULL,
+    acsqlOpen,
+    acsqlDelete,
+    acsqlAccess,
+    acsqlFullPathname,
+    acsqlDlOpen,
+    acsqlDlError,
+    acsqlDlSym,
+    acsqlDlClose,
+    acsqlRandomness,
+    acsqlSleep,
+    acsqlCurrentTime,
+    acsqlGetLastError,
+    acsqlCurrentTimeInt64,
+    NULL, NULL, NULL,
+};
+
+int ACSecureSQLiteRegister(int makeDefault) {
+#ifndef ACSECURE_SQLITE_EXTENSION
+    int rc = sqlite3_initialize();
+    if (rc != SQLITE_OK) return rc;
+#endif
+    if (acsqlVFS.pAppData == NULL) {
+        sqlite3_vfs *d = sqlite3_vfs_find(NULL);
+        if (d == NULL) return SQLITE_ERROR;
+        if (d == &acsqlVFS) return SQLITE_OK;
+        acsqlVFS.pAppData = d;
+    }
+    return sqlite3_vfs_register(&acsqlVFS, makeDefault);
+}
+
+#ifdef ACSECURE_SQLITE_EXTENSION
+/* The entry point `.load libacsecuresqlite_ext` looks for (SQLite derives it from the file name). */
+int sqlite3_acsecuresqliteext_init(sqlite3 *db, char **errorMessage, const sqlite3_api_routines *api) {
+    (void)db;
+    SQLITE_EXTENSION_INIT2(api);
+    int rc = ACSecureSQLiteRegister(0);
+    if (rc != SQLITE_OK) {
+        if (errorMessage) *errorMessage = sqlite3_mprintf("acsecure: cannot register the VFS (SQLite error %d)", rc);
+        return rc;
+    }
+    /* The VFS outlives the connection that loaded it. */
+    return SQLITE_OK_LOAD_PERMANENTLY;
+}
+
+int sqlite3_extension_init(sqlite3 *db, char **errorMessage, const sqlite3_api_routines *api) {
+    return sqlite3_acsecuresqliteext_init(db, errorMessage, api);
+}
+#endif

@@ -1,0 +1,71 @@
+/*
+ * ACSecureSQLite.h — encrypted SQLite databases: a SQLite VFS named "acsecure" on ACSecureFile.h.
+ *
+ *     ACSecureSQLiteRegister(0);
+ *     sqlite3_open_v2("app.db", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "acsecure");
+ *
+ *     cc prog.c $(pkg-config --cflags --libs acsecuresqlite)
+ *
+ * The database, its rollback journal, its super-journal and SQLite's temporary files are secure
+ * files (chunked AES-256-GCM, keyed by secure services: ACSecureServices.h; start them before the
+ * first open, or let ACSECURE_APP_ID / ACSECURE_HOME start them from the environment).
+ *
+ * Locking: SQLite's usual protocol (SHARED, RESERVED, PENDING, EXCLUSIVE at SQLite's byte offsets)
+ * with open-file-description locks on "<database>-aclock", a small plain file next to the database
+ * that is created on first open and never removed (like a WAL database's -shm). Several processes,
+ * and several connections of one process, may use one database; use a busy timeout as with any
+ * SQLite database. The locks are not on the database file itself because the engine's coordinated
+ * mode (ACSECURE_OPEN_SHARED) takes a whole-file lock on it for every call, which conflicts with any
+ * byte-range lock on the same file, even one held by the same process (a writer holding EXCLUSIVE
+ * would block on its own write).
+ * The VFS does not use that mode: SQLite's locks already order readers and writers, so a process
+ * only has to reread the file after another process changed it. A writer stores a new random
+ * "change mark" in the first 8 bytes of "<database>-aclock" before it changes the database; a
+ * connection that takes a SHARED lock and finds a mark this process has not seen reopens the
+ * process's descriptor of the database (the engine then drops its cached length and chunk). The
+ * lock file holds nothing but locks and that mark.
+ *
+ * Durability: xSync is ACSecureFileFsync (ACSecureFileFdatasync for SQLITE_SYNC_DATAONLY); new
+ * journals also sync their directory. Writes are in the file when xWrite returns (the engine's
+ * write-through mode), except a rollback journal's appends, which the VFS collects into writes of
+ * up to 64 KiB (each 4104-byte record would otherwise re-encrypt a chunk twice) and writes before
+ * the journal is read, synced, truncated or closed and before any write to the database, so the database is never ahead of its journal, even with
+ * synchronous=OFF. xSectorSize is 4096 (one chunk) and xDeviceCharacteristics is 0 (no ATOMIC*,
+ * SAFE_APPEND or POWERSAFE_OVERWRITE): the engine rewrites a chunk in place, so a write torn by a
+ * crash can cost the whole chunk, and SQLite then journals whole chunks and never rewrites a
+ * synced journal chunk. Such a torn chunk fails authentication; the VFS reads it as zeros in a
+ * journal (SQLite's record checksums reject it, as they reject a torn sector of a plain journal)
+ * and in a database while the database's journal exists (the rollback restores the page);
+ * anywhere else it is an error (SQLITE_IOERR_READ), never wrong data.
+ *
+ * WAL: not provided (it needs shared memory for its index). PRAGMA journal_mode=WAL fails with
+ * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
+ *
+ * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
+ * scripts/install-c-library.sh):  .load libacsecuresqlite_ext   then   .open file:app.db?vfs=acsecure
+ */
+#ifndef ACSECURESQLITE_H
+#define ACSECURESQLITE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The VFS name to pass to sqlite3_open_v2 (or as ?vfs= in a URI). */
+#define ACSECURE_SQLITE_VFS_NAME "acsecure"
+
+/**
+ * Registers the "acsecure" VFS with SQLite (sqlite3_vfs_register); with makeDefault != 0 it also
+ * becomes the default VFS, so plain sqlite3_open() uses it. Safe to call again (the VFS is
+ * registered once; a later call with makeDefault != 0 makes it the default).
+ *
+ * Returns SQLITE_OK (0), or SQLite's error code: SQLITE_ERROR when SQLite has no default VFS to
+ * take time, randomness and dynamic loading from, or the code of sqlite3_initialize.
+ */
+int ACSecureSQLiteRegister(int makeDefault);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACSECURESQLITE_H */
