@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSecureServices
 
 /// ftruncate semantics. Growing is a span of zeros (one run, like a write past the end). Shrinking
 /// writes the new trailer before cutting, and a cut inside a chunk first cuts at the end of that
@@ -9,16 +10,12 @@ import ACCrypto
 /// below the new length reads back.
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
-        if length == 0, tailFailure != nil {
-            // A file whose end does not authenticate may still be emptied: nothing authentic is lost.
-            tailFailure = nil
-            tailVerified = true
-            pendingTailRepair = nil
-            bytesAfterAuthenticatedEnd = 0
-            diskSize = 0
-            if header != nil { try cut(to: 0) }
+        if length == 0, header != nil, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
+            // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
+            // contents authenticates in the new file, and the nonce budget starts afresh. A file
+            // whose end does not authenticate may be emptied too: nothing authentic is lost.
             dropCache()
-            size = 0
+            try startNewGeneration()
             return
         }
         try initializeIfNeeded()
@@ -59,6 +56,38 @@ extension SharedFile {
             }
         }
         size = length
+    }
+
+    /// Replaces the file by an empty one under a new header (new file ID, new data key wrapped under
+    /// the same key-encryption key). One 156-byte `pwrite` puts the new header and its empty trailer
+    /// at offset 0, then `ftruncate` cuts the old chunks. A crash in between leaves the new empty
+    /// file followed by old-generation bytes that no longer authenticate (docs/FORMAT.md "Empty files").
+    func startNewGeneration() throws(SecureFileError) {
+        let kek: KeyEncryptionKey
+        do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
+            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
+        }
+        let newKey = SecureBytes(randomCount: 32)
+        let newHeader = try FileHeader.create(layout: layout, kek: kek, dataKey: newKey)
+        let newCipher: AESGCMContext
+        do { newCipher = try AESGCMContext(key: newKey) } catch {
+            throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
+        }
+        cipher = newCipher
+        dataKey = newKey
+        header = newHeader
+        keyGeneration = services.keyGeneration
+        var bytes = newHeader.encoded()
+        bytes += try trailerBytes(size: 0)
+        tailFailure = nil
+        pendingTailRepair = nil
+        bytesAfterAuthenticatedEnd = 0
+        try changeDisk(0) { () throws(SecureFileError) in
+            let written: Result<Void, Errno> = bytes.withUnsafeBytes { Sys.pwriteFull(ioFD, $0.baseAddress!, $0.count, 0) }
+            try checkIO(written, "write header")
+            try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
+        }
+        size = 0
     }
 
     /// Cuts the file at a chunk boundary (or to 0): the new trailer first, over bytes being cut, then

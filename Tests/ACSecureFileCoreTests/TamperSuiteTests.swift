@@ -264,6 +264,43 @@ final class TamperSuiteTests: XCTestCase {
         XCTAssertEqual(fileSize(path), 0, "a refused open leaves the file as it was")
     }
 
+    /// Issue 15 #3: emptying a file (O_TRUNC, ftruncate to 0, in this process or through another
+    /// handle) starts a new file ID and data key, so a chunk of the old contents spliced into the
+    /// rewritten file at its own position fails authentication (with one key it verified).
+    func testEmptyingAFileStartsANewKeyGeneration() throws {
+        let old = randomBytes(3 * Self.chunk, &rng), new = randomBytes(3 * Self.chunk, &rng)
+        let emptyings: [(String, (String) throws -> SecureFile)] = [
+            ("O_TRUNC", { try SecureFile.open($0, flags: O_RDWR | O_TRUNC, services: self.env.services) }),
+            ("ftruncate(0)", { let f = try SecureFile.open($0, flags: O_RDWR, services: self.env.services); try f.truncate(to: 0); return f }),
+            ("O_TRUNC, coordinated", { try SecureFile.open($0, flags: O_RDWR | O_TRUNC, services: self.env.services, sharing: .processes) }),
+        ]
+        for (what, emptying) in emptyings {
+            let path = env.path("generation")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: env.services)
+            try f.pwrite(old, at: 0)
+            // A second handle stays open across the emptying: it must follow the new generation.
+            let other = try SecureFile.open(path, flags: O_RDWR, services: env.services, sharing: .processes)
+            let before = readWholeFile(path)
+            try f.close()
+            let g = try emptying(path)
+            XCTAssertEqual(try g.size, 0, what)
+            try g.pwrite(new, at: 0)
+            try g.close()
+            XCTAssertEqual(try other.pread(count: new.count, at: 0), new, "\(what): an open handle reads the new generation")
+            try other.close()
+            let after = readWholeFile(path)
+            XCTAssertNotEqual(Array(before[16..<32]), Array(after[16..<32]), "\(what): new file ID")
+            XCTAssertNotEqual(Array(before[48..<108]), Array(after[48..<108]), "\(what): new wrapped data key")
+            XCTAssertEqual(readBack(after, expecting: new, "\(what): rewritten"), .intact)
+            // Old chunk 1 at its own position in the new file.
+            var spliced = after
+            let at = Self.header + Self.physicalChunk
+            spliced.replaceSubrange(at..<at + Self.physicalChunk, with: before[at..<at + Self.physicalChunk])
+            XCTAssertEqual(readBack(spliced, expecting: new, "\(what): old-generation chunk spliced in"), .detected)
+            unlink(path)
+        }
+    }
+
     /// Issue 15 #1: a file cut at a chunk boundary plus a trailer's length opens, but no later write,
     /// grow, hole fill or coordinated write may seal a fresh trailer over the cut.
     func testTruncationIsNotLaunderedByLaterWrites() throws {
