@@ -40,13 +40,13 @@ extension SharedFile {
                 try readChunksFromDisk(first: lastIndex, count: 1) { _ in self.workBase }
                 let lastLength = Int(length - lastIndex << shift)
                 secureZero(UnsafeMutableRawBufferPointer(start: workBase + lastLength, count: chunkSize - lastLength))
-                let bytes = lastLength + FileLayout.chunkOverhead + FileLayout.trailerSize
+                let bytes = lastLength + layout.chunkOverhead + layout.trailerSize
                 let buf = ensureScratch(bytes)
                 guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
-                NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf, count: FileLayout.nonceSize))
+                NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
                 try sealChunk(buf, index: lastIndex, plaintext: workBase, count: lastLength, cipher: cipher)
                 work.wipe()
-                try sealTrailer(into: buf + lastLength + FileLayout.chunkOverhead, size: length)
+                try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)
                 try changeDisk(length) { () throws(SecureFileError) in
                     try checkIO(Sys.pwriteFull(ioFD, buf, bytes, layout.chunkOffset(lastIndex)), "write")
                     try checkIO(Sys.ftruncate(ioFD, layout.physicalSize(forPlaintextSize: length)), "truncate")
@@ -68,11 +68,14 @@ extension SharedFile {
             throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
         }
         let newKey = SecureBytes(randomCount: 32)
-        let newHeader = try FileHeader.create(layout: layout, kek: kek, dataKey: newKey)
-        let newCipher: AESGCMContext
-        do { newCipher = try AESGCMContext(key: newKey) } catch {
+        // A new generation is a new file: a version 1 file becomes a current-version file here.
+        let newLayout = FileLayout(chunkShift: layout.chunkShift)
+        let newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
+        let newCipher: ChunkKeys
+        do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
             throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
         }
+        setLayout(newLayout)
         cipher = newCipher
         dataKey = newKey
         header = newHeader
@@ -94,10 +97,10 @@ extension SharedFile {
     /// the physical cut.
     private func cut(to length: Int64) throws(SecureFileError) {
         let end = layout.physicalSize(forPlaintextSize: length)
-        let t = ensureScratch(FileLayout.trailerSize)
+        let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
-            try checkIO(Sys.pwriteFull(ioFD, t, FileLayout.trailerSize, end - Int64(FileLayout.trailerSize)), "write trailer")
+            try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
     }
