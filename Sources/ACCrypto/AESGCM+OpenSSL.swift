@@ -31,6 +31,21 @@ public final class AESGCMContext: @unchecked Sendable {
         guard ok else { throw CryptoError.openSSL("EVP_*Init_ex") }
     }
 
+    /// Whether `seal` may be used: false after `rekeyForOpening`.
+    public private(set) var canSeal = true
+
+    /// Re-keys the opening side only, reusing the OpenSSL contexts (no allocation): for caches of
+    /// many short-lived keys that are only read with. `seal` is not allowed afterwards.
+    /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
+    public func rekeyForOpening(_ key: SecureBytes) throws(CryptoError) {
+        guard key.count == Self.keySize else { throw CryptoError.invalidKeySize }
+        canSeal = false
+        let ok = key.withUnsafeBytes { k in
+            EVP_DecryptInit_ex(decryptContext, nil, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil) == 1
+        }
+        guard ok else { throw CryptoError.openSSL("EVP_DecryptInit_ex") }
+    }
+
     deinit {
         // EVP_CIPHER_CTX_free cleanses the expanded key schedule.
         EVP_CIPHER_CTX_free(encryptContext)
@@ -46,6 +61,7 @@ public final class AESGCMContext: @unchecked Sendable {
         ciphertext: UnsafeMutableRawPointer,
         tag: UnsafeMutableRawPointer
     ) throws(CryptoError) {
+        precondition(canSeal, "a context re-keyed for opening only cannot seal")
         let ctx = encryptContext
         var outLen: Int32 = 0
         guard EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self)) == 1

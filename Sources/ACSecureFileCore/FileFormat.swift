@@ -3,9 +3,11 @@ import ACSecureServices
 
 /// The on-disk layout of a secure file (see docs/FORMAT.md).
 ///
-///     header (128) ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer (28)
-///     chunk   = nonce (12) ‖ AES-256-GCM(data key, nonce, plaintext ≤ chunkSize, AAD = fileID ‖ u64 index) ‖ tag (16)
-///     trailer = nonce (12) ‖ GCM tag over no plaintext, AAD = "ACSF end" ‖ fileID ‖ u64 plaintext size
+///     header (128) ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer
+///     version 2 (new files):
+///       chunk   = s (4) ‖ nonce (12) ‖ AES-256-GCM(K_s, nonce, plaintext ≤ chunkSize, AAD = fileID ‖ u64 index) ‖ tag (16)
+///       trailer = s (4) ‖ nonce (12) ‖ GCM tag under K_s over no plaintext, AAD = "ACSF end" ‖ fileID ‖ u64 plaintext size
+///     version 1: the same without s, under the data key itself (28 bytes per chunk and trailer).
 ///
 /// Every chunk but the last holds exactly `chunkSize` plaintext bytes. The trailer authenticates the
 /// length, so cutting the file anywhere, even at a chunk boundary, is detected.
@@ -13,18 +15,25 @@ public struct FileLayout: Sendable, Equatable {
     public static let headerSize = 128
     public static let nonceSize = 12
     public static let tagSize = 16
-    public static let chunkOverhead = nonceSize + tagSize
-    public static let trailerSize = nonceSize + tagSize
     public static let defaultChunkShift: UInt8 = 12  // 4 KiB: see docs/FORMAT.md for why
     public static let chunkShiftRange: ClosedRange<UInt8> = 9...20
+    /// The version new files get; version 1 files keep their version when modified.
+    public static let currentVersion: UInt16 = 2
+    public static let supportedVersions: ClosedRange<UInt16> = 1...2
 
+    public let version: UInt16
+    /// Bytes of the key selector before each chunk's and the trailer's nonce: 4 from version 2, else 0.
+    public var selectorSize: Int { version >= 2 ? 4 : 0 }
+    public var chunkOverhead: Int { selectorSize + Self.nonceSize + Self.tagSize }
+    public var trailerSize: Int { selectorSize + Self.nonceSize + Self.tagSize }
     public let chunkShift: UInt8
     public var chunkSize: Int { 1 << Int(chunkShift) }
-    public var physicalChunkSize: Int { chunkSize + Self.chunkOverhead }
+    public var physicalChunkSize: Int { chunkSize + chunkOverhead }
 
-    public init(chunkShift: UInt8 = defaultChunkShift) {
-        precondition(Self.chunkShiftRange.contains(chunkShift))
+    public init(chunkShift: UInt8 = defaultChunkShift, version: UInt16 = currentVersion) {
+        precondition(Self.chunkShiftRange.contains(chunkShift) && Self.supportedVersions.contains(version))
         self.chunkShift = chunkShift
+        self.version = version
     }
 
     /// Number of chunks a file of `size` plaintext bytes has.
@@ -45,20 +54,20 @@ public struct FileLayout: Sendable, Equatable {
     /// Physical file length for `size` plaintext bytes (header and trailer included).
     public func physicalSize(forPlaintextSize size: Int64) -> Int64 {
         let n = chunkCount(forSize: size)
-        return Int64(Self.headerSize) + size + n * Int64(Self.chunkOverhead) + Int64(Self.trailerSize)
+        return Int64(Self.headerSize) + size + n * Int64(chunkOverhead) + Int64(trailerSize)
     }
 
     /// Plaintext size of a physical file length, or nil when no valid file has that length
     /// (a torn write or tampering).
     public func plaintextSize(forPhysicalSize physical: Int64) -> Int64? {
-        let body = physical - Int64(Self.headerSize) - Int64(Self.trailerSize)
+        let body = physical - Int64(Self.headerSize) - Int64(trailerSize)
         guard body >= 0 else { return nil }
         let p = Int64(physicalChunkSize)
         let full = body / p
         let rem = body % p
         if rem == 0 { return full << Int64(chunkShift) }
-        guard rem > Int64(Self.chunkOverhead) else { return nil }
-        return full << Int64(chunkShift) + rem - Int64(Self.chunkOverhead)
+        guard rem > Int64(chunkOverhead) else { return nil }
+        return full << Int64(chunkShift) + rem - Int64(chunkOverhead)
     }
 
     /// AAD of chunk `index`: it binds the chunk to its file and its position.
@@ -77,7 +86,7 @@ public struct FileLayout: Sendable, Equatable {
 /// The 128-byte header: format, chunk size, file ID and the wrapped data key.
 ///
 ///     0   "ACSF"                4
-///     4   version = 1           u16
+///     4   version = 1 or 2      u16  (2 for new files: key selectors, see FileLayout)
 ///     6   header size = 128     u16
 ///     8   chunk shift (9…20)    u8
 ///     9   key class             u8   (1 app, 2 group, 3 crypto block)
@@ -91,7 +100,6 @@ public struct FileLayout: Sendable, Equatable {
 ///     108 reserved, zero        20
 public struct FileHeader: Sendable, Equatable {
     public static let magic: [UInt8] = Array("ACSF".utf8)
-    public static let version: UInt16 = 1
 
     public var layout: FileLayout
     public var keyClass: UInt8
@@ -130,7 +138,7 @@ public struct FileHeader: Sendable, Equatable {
     /// Bytes 0..<48, authenticated as the wrap's AAD.
     var authenticatedPrefix: [UInt8] {
         var b = Self.magic
-        b += bigEndianBytes(Self.version, 2)
+        b += bigEndianBytes(layout.version, 2)
         b += bigEndianBytes(UInt16(FileLayout.headerSize), 2)
         b += [layout.chunkShift, keyClass]
         b += bigEndianBytes(flags, 2)
@@ -152,18 +160,18 @@ public struct FileHeader: Sendable, Equatable {
         guard b.count >= FileLayout.headerSize else { return .failure(.tooShort) }
         guard Array(b[0..<4]) == magic else { return .failure(.notASecureFile) }
         let version = UInt16(b[4]) << 8 | UInt16(b[5])
-        guard version == Self.version else { return .failure(.unsupportedVersion(Int(version))) }
+        guard FileLayout.supportedVersions.contains(version) else { return .failure(.unsupportedVersion(Int(version))) }
         let headerSize = Int(b[6]) << 8 | Int(b[7])
         guard headerSize == FileLayout.headerSize else { return .failure(.malformed("header size \(headerSize)")) }
         guard FileLayout.chunkShiftRange.contains(b[8]) else { return .failure(.malformed("chunk shift \(b[8])")) }
         guard KeyEncryptionKey.KeyClass(rawValue: b[9]) != nil else { return .failure(.malformed("key class \(b[9])")) }
-        // No flag is defined in version 1: a reader that ignored one would misread a file written by
+        // No flag is defined (versions 1 and 2): a reader that ignored one would misread a file written by
         // a later writer, and a forged value must not pass (the wrap authenticates whatever is there).
         let flags = UInt16(b[10]) << 8 | UInt16(b[11])
         guard flags == 0 else { return .failure(.malformed("flags 0x\(String(flags, radix: 16)) are reserved and must be zero")) }
         guard b[12..<16].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 12..<16 are not zero")) }
         guard b[108..<128].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 108..<128 are not zero")) }
-        return .success(FileHeader(layout: FileLayout(chunkShift: b[8]), keyClass: b[9], flags: flags,
+        return .success(FileHeader(layout: FileLayout(chunkShift: b[8], version: version), keyClass: b[9], flags: flags,
                                    fileID: Array(b[16..<32]), fingerprint: Array(b[32..<48]),
                                    wrappedKey: Array(b[48..<108])))
     }

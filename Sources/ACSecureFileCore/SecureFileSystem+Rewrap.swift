@@ -14,6 +14,10 @@ public struct SecureFileInfo: Sendable, Equatable {
     public var fileID: [UInt8]
     /// Identifies the key-encryption key without revealing it.
     public var keyFingerprint: [UInt8]
+    /// The format version (1, or 2 with key selectors: docs/FORMAT.md).
+    public var formatVersion: UInt16
+    /// The file's layout (chunk size and per-chunk overhead).
+    public var layout: FileLayout { FileLayout(chunkShift: UInt8(chunkSize.trailingZeroBitCount), version: formatVersion) }
 
     public var keyClassName: String {
         switch keyClass {
@@ -52,7 +56,8 @@ extension SecureFileSystem {
             throw .ace(.badKeyOrCorruptData, "\(path): length \(st.st_size) is not a valid secure file length (torn or truncated)")
         }
         return SecureFileInfo(plaintextSize: size, physicalSize: Int64(st.st_size), chunkSize: header.layout.chunkSize,
-                              keyClass: header.keyClass, fileID: header.fileID, keyFingerprint: header.fingerprint)
+                              keyClass: header.keyClass, fileID: header.fileID, keyFingerprint: header.fingerprint,
+                              formatVersion: header.layout.version)
     }
 
     /// Re-wraps the file's data key under another key-encryption key by rewriting the 128-byte

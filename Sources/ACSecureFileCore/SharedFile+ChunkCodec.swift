@@ -13,7 +13,7 @@ extension SharedFile {
         if last == diskChunks - 1 { try verifyTrailerIfNeeded() }
         let physical = layout.physicalChunkSize
         let lastLength = layout.chunkLength(last, size: diskSize)
-        let total = (count - 1) * physical + lastLength + FileLayout.chunkOverhead
+        let total = (count - 1) * physical + lastLength + layout.chunkOverhead
         let buf = ensureScratch(total)
         let got = try checkIO(Sys.preadFull(ioFD, buf, total, layout.chunkOffset(first)), "read")
         guard got == total else {
@@ -28,63 +28,78 @@ extension SharedFile {
         }
     }
 
-    /// Authenticates and decrypts one sealed chunk (nonce ‖ ciphertext ‖ tag) of `length` plaintext bytes.
-    @inline(__always)
-    func openChunk(_ c: UnsafeRawPointer, index: Int64, length: Int, into plaintext: UnsafeMutableRawPointer,
-                   cipher: AESGCMContext) -> Bool {
-        FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
-        return cipher.open(nonce: c, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
-                           ciphertext: UnsafeRawBufferPointer(start: c + FileLayout.nonceSize, count: length),
-                           tag: c + FileLayout.nonceSize + length, plaintext: plaintext)
+    /// The key selector stored at `p` (version 2), or 0 (version 1, which has none).
+    @inline(__always) func selector(at p: UnsafeRawPointer) -> UInt32 {
+        layout.selectorSize == 0 ? 0 : UInt32(bigEndian: p.loadUnaligned(as: UInt32.self))
     }
 
-    /// Seals `count` plaintext bytes as chunk `index` at `c`; the nonce at `c` must already be fresh.
+    /// Authenticates and decrypts one sealed chunk ([selector ‖] nonce ‖ ciphertext ‖ tag) of `length` plaintext bytes.
+    @inline(__always)
+    func openChunk(_ c: UnsafeRawPointer, index: Int64, length: Int, into plaintext: UnsafeMutableRawPointer,
+                   cipher: ChunkKeys) -> Bool {
+        guard let context = cipher.context(forSelector: selector(at: c)) else { return false }
+        let n = c + layout.selectorSize
+        FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
+        return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
+                            ciphertext: UnsafeRawBufferPointer(start: n + FileLayout.nonceSize, count: length),
+                            tag: n + FileLayout.nonceSize + length, plaintext: plaintext)
+    }
+
+    /// Seals `count` plaintext bytes as chunk `index` at `c`; the nonce (after the selector) must
+    /// already be fresh. The selector is the writer's current one.
     @inline(__always)
     func sealChunk(_ c: UnsafeMutableRawPointer, index: Int64, plaintext: UnsafeRawPointer, count: Int,
-                   cipher: AESGCMContext) throws(SecureFileError) {
+                   cipher: ChunkKeys) throws(SecureFileError) {
         FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
+        let n = c + layout.selectorSize
         do {
-            try cipher.seal(nonce: c, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
-                            plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
-                            ciphertext: c + FileLayout.nonceSize, tag: c + FileLayout.nonceSize + count)
+            let (s, context) = try cipher.nextWrite()
+            if layout.selectorSize > 0 { c.storeBytes(of: s.bigEndian, as: UInt32.self) }
+            try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
+                             plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
+                             ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize + count)
         } catch {
             throw .ace(.internalError, "\(path): encryption of chunk \(index) failed (\(error))")
         }
     }
 
     func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64) -> Bool {
-        guard let cipher else { return false }
+        guard let cipher, let context = cipher.context(forSelector: selector(at: t)) else { return false }
+        let n = t + layout.selectorSize
         FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
-        return cipher.open(nonce: t, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
-                           ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
-                           tag: t + FileLayout.nonceSize, plaintext: workBase)
+        return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+                            ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
+                            tag: n + FileLayout.nonceSize, plaintext: workBase)
     }
 
-    /// Seals the trailer for `size` at `t` (nonce ‖ tag); `nonceIsSet` when the caller already put a
-    /// fresh nonce there.
+    /// Seals the trailer for `size` at `t` ([selector ‖] nonce ‖ tag); `nonceIsSet` when the caller
+    /// already put a fresh nonce after the selector.
     func sealTrailer(into t: UnsafeMutableRawPointer, size: Int64, nonceIsSet: Bool = false) throws(SecureFileError) {
         guard let cipher, header != nil else { throw .ace(.noKeys, "\(path): no key") }
-        if !nonceIsSet { NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: t, count: FileLayout.nonceSize)) }
+        let n = t + layout.selectorSize
+        if !nonceIsSet { NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: n, count: FileLayout.nonceSize)) }
         FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
         do {
-            try cipher.seal(nonce: t, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
-                            plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
-                            ciphertext: t + FileLayout.nonceSize, tag: t + FileLayout.nonceSize)
+            let (s, context) = try cipher.nextWrite()
+            if layout.selectorSize > 0 { t.storeBytes(of: s.bigEndian, as: UInt32.self) }
+            try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+                             plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
+                             ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize)
         } catch {
             throw .ace(.internalError, "\(path): sealing the trailer failed (\(error))")
         }
     }
 
     func trailerBytes(size: Int64) throws(SecureFileError) -> [UInt8] {
-        let t = ensureScratch(FileLayout.trailerSize)
+        let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: size)
-        return Array(UnsafeRawBufferPointer(start: t, count: FileLayout.trailerSize))
+        return Array(UnsafeRawBufferPointer(start: t, count: layout.trailerSize))
     }
 
     func ensureScratch(_ bytes: Int) -> UnsafeMutableRawPointer {
         if let scratch, scratchCapacity >= bytes { return scratch }
         scratch?.deallocate()
-        let capacity = max(bytes, 2 * layout.physicalChunkSize + FileLayout.trailerSize)
+        let capacity = max(bytes, 2 * layout.physicalChunkSize + layout.trailerSize)
         let p = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
         scratch = p
         scratchCapacity = capacity

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ACCrypto
 
 /// Coordinated mode (`Sharing.processes`): other processes may write the file at the same time.
 /// Each operation holds an open-file-description record lock on the whole file (shared for reads,
@@ -19,8 +20,16 @@ extension SharedFile {
         case .success(let st): physical = Int64(st.st_size)
         case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
         }
+        if header != nil, physical > 0 {
+            // Another process may have emptied the file, which gives it a new file ID and data key.
+            var onDisk = (UInt64(0), UInt64(0))
+            let got = withUnsafeMutableBytes(of: &onDisk) { Sys.preadFull(ioFD, $0.baseAddress!, 16, 16) }
+            if case .success(16) = got, !withUnsafeBytes(of: &onDisk, { constantTimeEqual($0, UnsafeRawBufferPointer(start: fileID, count: 16)) }) {
+                header = nil
+            }
+        }
         if header == nil, physical > 0 {
-            // Another process gave the empty file its header: read it.
+            // Another process gave the empty file its header (or a new one): read it.
             var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
             let got = bytes.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, 0) }
             guard case .success(let n) = got, n == bytes.count, case .success(let h) = FileHeader.parse(bytes) else {
@@ -30,6 +39,8 @@ extension SharedFile {
             setLayout(h.layout)
             header = h
             keyGeneration = 0
+            cipher = nil
+            dataKey = nil
             do { try ensureKeys() } catch { endCoordinated(); throw error }
             needsRefresh = true
         }

@@ -66,7 +66,7 @@ extension SharedFile {
     /// One read of the last chunk and the trailer before `end`, both authenticated.
     private func endAuthenticates(at end: Int64, size: Int64) throws(SecureFileError) -> EndCheck {
         guard let cipher else { return .trailerFails }
-        let trailerAt = end - Int64(FileLayout.trailerSize)
+        let trailerAt = end - Int64(layout.trailerSize)
         let lastIndex = size > 0 ? (size - 1) >> Int64(layout.chunkShift) : -1
         let from = lastIndex >= 0 ? layout.chunkOffset(lastIndex) : trailerAt
         let count = Int(end - from)
@@ -84,12 +84,12 @@ extension SharedFile {
     /// length authenticates too.
     private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
         guard let cipher else { return nil }
-        let minimumEnd = Int64(FileLayout.headerSize + FileLayout.trailerSize)
+        let minimumEnd = Int64(FileLayout.headerSize + layout.trailerSize)
         guard physical >= minimumEnd else { return nil }
         let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * Int64(layout.physicalChunkSize)
         let lowestEnd = max(minimumEnd, physical - window)
         // One chunk more than the trailers need, so the last chunk of the lowest end is in the buffer.
-        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(FileLayout.trailerSize) - Int64(layout.physicalChunkSize))
+        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(layout.trailerSize) - Int64(layout.physicalChunkSize))
         let count = Int(physical - from)
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
@@ -97,7 +97,7 @@ extension SharedFile {
         while end >= lowestEnd {
             defer { end -= 1 }
             guard let size = layout.plaintextSize(forPhysicalSize: end),
-                  trailerAuthenticates(buf + Int(end - from) - FileLayout.trailerSize, size: size) else { continue }
+                  trailerAuthenticates(buf + Int(end - from) - layout.trailerSize, size: size) else { continue }
             if size == 0 { return (end, size) }
             let lastIndex = (size - 1) >> Int64(layout.chunkShift)
             let length = layout.chunkLength(lastIndex, size: size)

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSecureServices
 
 /// ftruncate semantics. Growing is a span of zeros (one run, like a write past the end). Shrinking
 /// writes the new trailer before cutting, and a cut inside a chunk first cuts at the end of that
@@ -9,16 +10,12 @@ import ACCrypto
 /// below the new length reads back.
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
-        if length == 0, tailFailure != nil {
-            // A file whose end does not authenticate may still be emptied: nothing authentic is lost.
-            tailFailure = nil
-            tailVerified = true
-            pendingTailRepair = nil
-            bytesAfterAuthenticatedEnd = 0
-            diskSize = 0
-            if header != nil { try cut(to: 0) }
+        if length == 0, header != nil, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
+            // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
+            // contents authenticates in the new file, and the nonce budget starts afresh. A file
+            // whose end does not authenticate may be emptied too: nothing authentic is lost.
             dropCache()
-            size = 0
+            try startNewGeneration()
             return
         }
         try initializeIfNeeded()
@@ -43,13 +40,13 @@ extension SharedFile {
                 try readChunksFromDisk(first: lastIndex, count: 1) { _ in self.workBase }
                 let lastLength = Int(length - lastIndex << shift)
                 secureZero(UnsafeMutableRawBufferPointer(start: workBase + lastLength, count: chunkSize - lastLength))
-                let bytes = lastLength + FileLayout.chunkOverhead + FileLayout.trailerSize
+                let bytes = lastLength + layout.chunkOverhead + layout.trailerSize
                 let buf = ensureScratch(bytes)
                 guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
-                NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf, count: FileLayout.nonceSize))
+                NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
                 try sealChunk(buf, index: lastIndex, plaintext: workBase, count: lastLength, cipher: cipher)
                 work.wipe()
-                try sealTrailer(into: buf + lastLength + FileLayout.chunkOverhead, size: length)
+                try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)
                 try changeDisk(length) { () throws(SecureFileError) in
                     try checkIO(Sys.pwriteFull(ioFD, buf, bytes, layout.chunkOffset(lastIndex)), "write")
                     try checkIO(Sys.ftruncate(ioFD, layout.physicalSize(forPlaintextSize: length)), "truncate")
@@ -61,14 +58,49 @@ extension SharedFile {
         size = length
     }
 
+    /// Replaces the file by an empty one under a new header (new file ID, new data key wrapped under
+    /// the same key-encryption key). One 156-byte `pwrite` puts the new header and its empty trailer
+    /// at offset 0, then `ftruncate` cuts the old chunks. A crash in between leaves the new empty
+    /// file followed by old-generation bytes that no longer authenticate (docs/FORMAT.md "Empty files").
+    func startNewGeneration() throws(SecureFileError) {
+        let kek: KeyEncryptionKey
+        do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
+            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
+        }
+        let newKey = SecureBytes(randomCount: 32)
+        // A new generation is a new file: a version 1 file becomes a current-version file here.
+        let newLayout = FileLayout(chunkShift: layout.chunkShift)
+        let newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
+        let newCipher: ChunkKeys
+        do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
+            throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
+        }
+        setLayout(newLayout)
+        cipher = newCipher
+        dataKey = newKey
+        header = newHeader
+        keyGeneration = services.keyGeneration
+        var bytes = newHeader.encoded()
+        bytes += try trailerBytes(size: 0)
+        tailFailure = nil
+        pendingTailRepair = nil
+        bytesAfterAuthenticatedEnd = 0
+        try changeDisk(0) { () throws(SecureFileError) in
+            let written: Result<Void, Errno> = bytes.withUnsafeBytes { Sys.pwriteFull(ioFD, $0.baseAddress!, $0.count, 0) }
+            try checkIO(written, "write header")
+            try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
+        }
+        size = 0
+    }
+
     /// Cuts the file at a chunk boundary (or to 0): the new trailer first, over bytes being cut, then
     /// the physical cut.
     private func cut(to length: Int64) throws(SecureFileError) {
         let end = layout.physicalSize(forPlaintextSize: length)
-        let t = ensureScratch(FileLayout.trailerSize)
+        let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
-            try checkIO(Sys.pwriteFull(ioFD, t, FileLayout.trailerSize, end - Int64(FileLayout.trailerSize)), "write trailer")
+            try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
     }

@@ -214,20 +214,20 @@ extension SharedFile {
             let newDiskSize = reachesEnd ? lastIndex << Int64(layout.chunkShift) + Int64(lastLength) : diskSize
             // The trailer only authenticates the length: rewriting the last chunk in place leaves it be.
             let touchesEnd = reachesEnd && newDiskSize != diskSize
-            let bytes = (k - 1) * physical + lastLength + FileLayout.chunkOverhead + (touchesEnd ? FileLayout.trailerSize : 0)
+            let bytes = (k - 1) * physical + lastLength + layout.chunkOverhead + (touchesEnd ? layout.trailerSize : 0)
             let buf = ensureScratch(bytes)
             // A fresh random nonce for every chunk written, even when rewriting the same chunk.
             let nonceCount = k + (touchesEnd ? 1 : 0)
             NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: nonces, count: nonceCount * FileLayout.nonceSize))
             for j in 0..<k {
                 let c = buf + j * physical
-                c.copyMemory(from: nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
+                (c + layout.selectorSize).copyMemory(from: nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
                 let index = i + Int64(j)
                 try sealChunk(c, index: index, plaintext: source(index), count: j == k - 1 ? lastLength : chunkSize, cipher: cipher)
             }
             if touchesEnd {
-                let t = buf + (k - 1) * physical + lastLength + FileLayout.chunkOverhead
-                t.copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
+                let t = buf + (k - 1) * physical + lastLength + layout.chunkOverhead
+                (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
                 try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
             }
             do {

@@ -40,7 +40,8 @@ final class SharedFile: @unchecked Sendable {
     /// The file ID as raw memory, for the per-chunk AAD.
     let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
     var layout: FileLayout
-    var cipher: AESGCMContext?
+    /// The chunk and trailer keys (derived from the data key per selector in version 2).
+    var cipher: ChunkKeys?
     /// The file's data key (guarded memory), kept for re-wrapping; dropped with `cipher` on lock.
     var dataKey: SecureBytes?
     var keyGeneration: UInt64 = 0
@@ -114,8 +115,9 @@ final class SharedFile: @unchecked Sendable {
 
     /// Adopts the chunk size of the file's header (the buffers were made for the default).
     func setLayout(_ newLayout: FileLayout) {
-        guard newLayout.chunkSize != layout.chunkSize else { return }
+        let resize = newLayout.chunkSize != layout.chunkSize
         layout = newLayout
+        guard resize else { return }
         cache = SecureBytes(count: layout.chunkSize)
         work = SecureBytes(count: layout.chunkSize)
     }
@@ -142,7 +144,7 @@ final class SharedFile: @unchecked Sendable {
         guard let dataKey = header.unwrap(with: kek) else {
             throw .ace(.badKeyOrCorruptData, "\(path): the file key does not unwrap with the \(keySelection) key")
         }
-        do { cipher = try AESGCMContext(key: dataKey) } catch {
+        do { cipher = try ChunkKeys(dataKey: dataKey, selectors: header.layout.selectorSize > 0) } catch {
             throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
         }
         self.dataKey = dataKey
@@ -191,7 +193,7 @@ final class SharedFile: @unchecked Sendable {
         }
         let dataKey = SecureBytes(randomCount: 32)
         let newHeader = try FileHeader.create(layout: layout, kek: kek, dataKey: dataKey)
-        do { cipher = try AESGCMContext(key: dataKey) } catch {
+        do { cipher = try ChunkKeys(dataKey: dataKey, selectors: layout.selectorSize > 0) } catch {
             throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
         }
         self.dataKey = dataKey

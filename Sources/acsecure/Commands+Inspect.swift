@@ -38,7 +38,7 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     case .authenticated(let n): size = n
     case .failed(let reason): return .failed(reason: reason, chunk: nil)
     }
-    let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
+    let layout = info.layout
     let chunks = layout.chunkCount(forSize: size)
     let chunkSize = info.chunkSize
     let block = max(chunkSize, streamBufferSize / chunkSize * chunkSize)
@@ -179,11 +179,12 @@ struct Stat: ParsableCommand {
         let services = global.openServicesIfQuietlyPossible()
         try forEachPath(files) { (path) throws(CLIError) in
             let info = try secureInfo(path)
-            let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
+            let layout = info.layout
             print(path)
             print("  plaintext size:  \(info.plaintextSize) bytes (\(humanSize(info.plaintextSize)))")
             print("  size on disk:    \(info.physicalSize) bytes")
             print("  chunk size:      \(info.chunkSize) bytes (\(layout.chunkCount(forSize: info.plaintextSize)) chunks)")
+            print("  format version:  \(info.formatVersion)")
             print("  key class:       \(info.keyClassName)")
             let (owner, key) = owner(info, services)
             print("  opens with:      \(owner)")

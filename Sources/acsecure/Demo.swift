@@ -70,7 +70,7 @@ struct Demo: ParsableCommand {
         if PlainIO.exists(secure) { _ = unlink(secure) }
         try encryptFile(sample, to: secure, key: .app, force: false, services: services)
         let info = try secureInfo(secure)
-        let layout = FileLayout(chunkShift: UInt8(info.chunkSize.trailingZeroBitCount))
+        let layout = info.layout
         let chunks = layout.chunkCount(forSize: info.plaintextSize)
         step(3, "encrypt", "sample.txt -> sample.txt.acsf: \(info.physicalSize) bytes on disk for \(info.plaintextSize) of plaintext (\(chunks) chunks of \(info.chunkSize) bytes, AES-256-GCM)")
         checks.expect(info.plaintextSize == Int64(size), "the header's plaintext size matches")

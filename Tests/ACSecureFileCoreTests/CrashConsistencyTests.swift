@@ -182,7 +182,7 @@ final class CrashConsistencyTests: XCTestCase {
             try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
         }
         for index in 0..<pwrites {
-            for prefix in [1, 11, 12, 13, 100, 4095, 4096, 4108, 4124, 4125, 5000, 8248] {
+            for prefix in [1, 15, 16, 17, 100, 4095, 4096, 4112, 4128, 4129, 5000, 8256] {
                 let independent = try freshServices()
                 let path = env.path("torn-\(index)-\(prefix)")
                 let plan = FaultPlan(target: .pwrite, index: index, fault: .short(prefix), then: .fail(EIO))
@@ -245,7 +245,7 @@ final class CrashConsistencyTests: XCTestCase {
         var rng = SplitMix64(seed: 42)
         var abandoned: [SecureFile] = []
         defer { withExtendedLifetime(abandoned) {} }
-        for prefix in [1, 12, 20, 27, 28, 29, 40, 100, 4000, 4124, 4150] {
+        for prefix in [1, 16, 20, 31, 32, 33, 40, 100, 4000, 4128, 4150] {
             let path = env.path("append-\(prefix)")
             var oracle = ConsistencyOracle()
             let base = randomBytes(3 * 4096, &rng)

@@ -12,7 +12,11 @@ import ACSecureServices
 final class FormatVectorTests: XCTestCase {
     /// The published KEK of the vectors (never a real key).
     static let kekHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-    static let vectors: [(name: String, size: Int)] = [("empty", 0), ("one-byte", 1), ("one-chunk", 4096), ("chunk-plus-one", 4097), ("multi-chunk", 10_000)]
+    static let sizes: [(name: String, size: Int)] = [("empty", 0), ("one-byte", 1), ("one-chunk", 4096), ("chunk-plus-one", 4097), ("multi-chunk", 10_000)]
+    /// Version 2 vectors (the current format) at the top, the version 1 vectors (written before
+    /// version 2 existed, never regenerated) in `v1/`: both must keep decoding.
+    static let vectors: [(name: String, size: Int, version: Int)] =
+        sizes.map { ($0.name, $0.size, 2) } + sizes.map { ("v1/" + $0.name, $0.size, 1) }
 
     static var directory: String {
         let file = "\(#filePath)"
@@ -31,16 +35,21 @@ final class FormatVectorTests: XCTestCase {
         return try KeyEncryptionKey(key: SecureBytes(copying: bytes), keyClass: .cryptoBlock)
     }
 
-    /// Writes the vectors (run once with ACSECURE_WRITE_VECTORS=1; the files are committed).
+    /// Writes the current-version vectors (run once with ACSECURE_WRITE_VECTORS=1; the files are
+    /// committed). `multi-chunk` is written one chunk per open, so its chunks name different key selectors.
     func testWriteVectorsWhenAsked() throws {
         guard getenv("ACSECURE_WRITE_VECTORS") != nil else { return }
         mkdir(Self.directory, 0o755)
-        for v in Self.vectors {
+        for v in Self.sizes {
             let path = Self.directory + "/\(v.name).acsf"
             unlink(path)
-            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, mode: 0o644, services: FixedKeyProvider(kek: Self.kek()))
-            if v.size > 0 { try f.write(Self.plaintext(v.size)) }
-            try f.close()
+            let plaintext = Self.plaintext(v.size)
+            let step = v.name == "multi-chunk" ? 4096 : max(v.size, 1)
+            for from in stride(from: 0, to: max(v.size, 1), by: step) {
+                let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o644, services: FixedKeyProvider(kek: Self.kek()))
+                if v.size > 0 { try f.pwrite(Array(plaintext[from..<min(v.size, from + step)]), at: Int64(from)) }
+                try f.close()
+            }
         }
     }
 
@@ -50,6 +59,53 @@ final class FormatVectorTests: XCTestCase {
             let f = try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: Self.kek()))
             XCTAssertEqual(try f.readAll(), Self.plaintext(v.size), v.name)
             try f.close()
+            XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, UInt16(v.version), v.name)
+        }
+    }
+
+    /// The v2 `multi-chunk` vector was written in three opens: its chunks name three different
+    /// selectors, so a decoder that derived one key per file would fail it.
+    func testMultiChunkVectorUsesSeveralSelectors() throws {
+        let bytes = readWholeFile(Self.directory + "/multi-chunk.acsf")
+        let selectors = (0..<3).map { Array(bytes[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }
+        XCTAssertEqual(Set(selectors).count, 3)
+    }
+
+    /// A version 1 file keeps its version when it is modified (its chunks stay sealed under the
+    /// data key, as its format says), and becomes a version 2 file only when it is emptied (a new
+    /// generation with a new file ID and data key).
+    func testVersion1FilesStayVersion1WhenModifiedAndBecomeVersion2WhenEmptied() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v1.acsf")
+        writeWholeFile(path, readWholeFile(Self.directory + "/v1/multi-chunk.acsf"))
+        let services = FixedKeyProvider(kek: try Self.kek())
+        var expected = Self.plaintext(10_000)
+        let f = try SecureFile.open(path, flags: O_RDWR, services: services)
+        try f.pwrite([1, 2, 3], at: 5000)
+        expected.replaceSubrange(5000..<5003, with: [1, 2, 3])
+        try f.pwrite([7], at: 20_000)
+        expected += [UInt8](repeating: 0, count: 10_000) + [7]
+        try f.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 1)
+        XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), expected)
+        let g = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services)
+        try g.pwrite([9, 9], at: 0)
+        try g.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 2)
+        XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), [9, 9])
+    }
+
+    /// A version this build does not know fails with a clear version error.
+    func testUnknownVersionIsRefusedByName() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v3.acsf")
+        var bytes = readWholeFile(Self.directory + "/one-byte.acsf")
+        bytes[5] = 3
+        writeWholeFile(path, bytes)
+        XCTAssertThrowsError(try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: Self.kek()))) { error in
+            let e = error as? SecureFileError
+            XCTAssertEqual(e?.code, .badKeyOrCorruptData)
+            XCTAssertTrue(e?.message.contains("unsupported secure file version 3") ?? false, "\(String(describing: e))")
         }
     }
 
@@ -61,12 +117,14 @@ final class FormatVectorTests: XCTestCase {
     }
 
     func testIndependentDecoderRejectsEverySingleBitFlipOfASmallVector() throws {
-        let bytes = readWholeFile(Self.directory + "/one-byte.acsf")
+        for name in ["one-byte", "v1/one-byte"] {
+        let bytes = readWholeFile(Self.directory + "/\(name).acsf")
         let kek = try Self.kek()
         for bit in 0..<(bytes.count * 8) {
             var b = bytes
             b[bit / 8] ^= 1 << (bit % 8)
-            XCTAssertThrowsError(try IndependentDecoder.decrypt(b, kek: kek), "bit \(bit)")
+            XCTAssertThrowsError(try IndependentDecoder.decrypt(b, kek: kek), "\(name): bit \(bit)")
+        }
         }
     }
 }
@@ -78,48 +136,62 @@ enum IndependentDecoder {
     static func u16(_ b: [UInt8], _ at: Int) -> Int { Int(b[at]) << 8 | Int(b[at + 1]) }
     static func u64(_ b: [UInt8]) -> [UInt8] { b }
 
-    static func gcmOpen(_ key: SecureBytes, nonce: [UInt8], aad: [UInt8], ciphertext: [UInt8], tag: [UInt8]) throws -> [UInt8] {
+    static func gcmOpen(_ key: SecureBytes, nonce: [UInt8], aad: [UInt8], ciphertext: [UInt8], tag: [UInt8], _ what: String = "") throws -> [UInt8] {
         let ctx = try AESGCMContext(key: key)
         var out = [UInt8](repeating: 0, count: ciphertext.count)
         let ok = nonce.withUnsafeBytes { n in aad.withUnsafeBytes { a in ciphertext.withUnsafeBytes { c in tag.withUnsafeBytes { t in
             out.withUnsafeMutableBytes { o in
                 ctx.open(nonce: n.baseAddress!, aad: a, ciphertext: c, tag: t.baseAddress!, plaintext: o.baseAddress ?? UnsafeMutableRawPointer(mutating: t.baseAddress!))
             } } } } }
-        guard ok else { throw Invalid(why: "authentication failed") }
+        guard ok else { throw Invalid(why: "authentication failed \(what)") }
         return out
     }
 
     static func decrypt(_ file: [UInt8], kek: KeyEncryptionKey) throws -> [UInt8] {
-        guard file.count >= 128 + 28 else { throw Invalid(why: "short") }
+        guard file.count >= 128 else { throw Invalid(why: "short") }
         let h = Array(file[0..<128])
-        guard h[0..<4].elementsEqual("ACSF".utf8), u16(h, 4) == 1, u16(h, 6) == 128 else { throw Invalid(why: "header") }
+        let version = u16(h, 4)
+        guard h[0..<4].elementsEqual("ACSF".utf8), version == 1 || version == 2, u16(h, 6) == 128 else { throw Invalid(why: "header") }
+        // Version 2: a 4-byte key selector before every chunk's and the trailer's nonce.
+        let sel = version == 2 ? 4 : 0
+        let overhead = sel + 12 + 16
+        guard file.count >= 128 + overhead else { throw Invalid(why: "short") }
         let shift = Int(h[8])
-        guard (9...20).contains(shift), h[12..<16].allSatisfy({ $0 == 0 }), h[108..<128].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        guard (9...20).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }), h[108..<128].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
         let fileID = Array(h[16..<32])
         let fingerprint = try HKDF.sha256(key: kek.key, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
         guard fingerprint.withUnsafeBytes({ Array($0) }) == Array(h[32..<48]) else { throw Invalid(why: "fingerprint") }
-        let dataKey = try gcmOpen(kek.key, nonce: Array(h[48..<60]), aad: Array(h[0..<48]),
+        let dataKeyBytes = try gcmOpen(kek.key, nonce: Array(h[48..<60]), aad: Array(h[0..<48]),
                                   ciphertext: Array(h[60..<92]), tag: Array(h[92..<108]))
-        let key = SecureBytes(copying: dataKey)
+        let dataKey = SecureBytes(copying: dataKeyBytes)
+        // The key of a chunk or trailer starting at `at`: the data key (version 1), or
+        // K_s = AES-256(data key, "ACSFkey2" ‖ s ‖ u32 0) ‖ AES-256(data key, "ACSFkey2" ‖ s ‖ u32 1).
+        func key(at: Int) throws -> SecureBytes {
+            guard sel > 0 else { return dataKey }
+            let blocks: [UInt8] = (0..<2).flatMap { (j: UInt8) -> [UInt8] in Array("ACSFkey2".utf8) + Array(file[at..<at + 4]) + [0, 0, 0, j] }
+            var k = [UInt8](repeating: 0, count: 32)
+            try blocks.withUnsafeBytes { b in try k.withUnsafeMutableBytes { try AESBlockCipher(key: dataKey).encryptBlocks(b, into: $0.baseAddress!) } }
+            return SecureBytes(copying: k)
+        }
 
-        let chunk = 1 << shift, physical = chunk + 28
-        let body = file.count - 128 - 28
+        let chunk = 1 << shift, physical = chunk + overhead
+        let body = file.count - 128 - overhead
         let full = body / physical, rem = body % physical
-        guard rem == 0 || rem > 28 else { throw Invalid(why: "length") }
+        guard rem == 0 || rem > overhead else { throw Invalid(why: "length") }
         let chunks = full + (rem > 0 ? 1 : 0)
         var plaintext: [UInt8] = []
         for i in 0..<chunks {
-            let start = 128 + i * physical
-            let length = (i == chunks - 1 && rem > 0) ? rem - 28 : chunk
+            let start = 128 + i * physical, n = start + sel
+            let length = (i == chunks - 1 && rem > 0) ? rem - overhead : chunk
             let aad = fileID + (0..<8).reversed().map { UInt8(truncatingIfNeeded: UInt64(i) >> (8 * UInt64($0))) }
-            plaintext += try gcmOpen(key, nonce: Array(file[start..<start + 12]), aad: aad,
-                                     ciphertext: Array(file[start + 12..<start + 12 + length]),
-                                     tag: Array(file[start + 12 + length..<start + 28 + length]))
+            plaintext += try gcmOpen(key(at: start), nonce: Array(file[n..<n + 12]), aad: aad,
+                                     ciphertext: Array(file[n + 12..<n + 12 + length]),
+                                     tag: Array(file[n + 12 + length..<n + 28 + length]), "chunk \(i)")
         }
-        let t = file.count - 28
+        let t = file.count - overhead, tn = t + sel
         let size = UInt64(plaintext.count)
         let trailerAAD = Array("ACSF end".utf8) + fileID + (0..<8).reversed().map { UInt8(truncatingIfNeeded: size >> (8 * UInt64($0))) }
-        _ = try gcmOpen(key, nonce: Array(file[t..<t + 12]), aad: trailerAAD, ciphertext: [], tag: Array(file[t + 12..<t + 28]))
+        _ = try gcmOpen(key(at: t), nonce: Array(file[tn..<tn + 12]), aad: trailerAAD, ciphertext: [], tag: Array(file[tn + 12..<tn + 28]), "trailer")
         return plaintext
     }
 }

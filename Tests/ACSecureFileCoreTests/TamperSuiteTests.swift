@@ -11,9 +11,9 @@ import ACSecureServices
 /// window, fresh randomness per file and per chunk write.
 final class TamperSuiteTests: XCTestCase {
     static let chunk = 4096
-    static let physicalChunk = chunk + 28
+    static let physicalChunk = chunk + 32  // format version 2: selector (4) ‖ nonce (12) ‖ ciphertext ‖ tag (16)
     static let header = 128
-    static let trailer = 28
+    static let trailer = 32
 
     var env: TestEnvironment!
     var rng = SplitMix64(seed: 0x7A3)
@@ -138,8 +138,8 @@ final class TamperSuiteTests: XCTestCase {
             for c in 0..<chunks {
                 let length = min(Self.chunk, s.plaintext.count - c * Self.chunk)
                 let base = Self.header + c * Self.physicalChunk
-                var offsets = Array(0..<12) + Array((12 + length)..<(28 + length))  // nonce, tag
-                offsets += [12, 13, 12 + length / 2, 12 + length - 1] + (0..<4).map { _ in 12 + Int.random(in: 0..<length, using: &rng) }
+                var offsets = Array(0..<16) + Array((16 + length)..<(32 + length))  // selector, nonce, tag
+                offsets += [16, 17, 16 + length / 2, 16 + length - 1] + (0..<4).map { _ in 16 + Int.random(in: 0..<length, using: &rng) }
                 for o in Set(offsets).sorted() {
                     for bit in 0..<8 {
                         var t = s.raw
@@ -218,7 +218,7 @@ final class TamperSuiteTests: XCTestCase {
                 assertDetected(raw + randomBytes(extra, &rng), p, "\(n): \(extra) random bytes appended")
             }
             if n % Self.chunk != 0 {
-                for extra in [1, 27, 28] { assertDetected(raw + randomBytes(extra, &rng), p, "\(n): \(extra) random bytes appended") }
+                for extra in [1, 31, 32] { assertDetected(raw + randomBytes(extra, &rng), p, "\(n): \(extra) random bytes appended") }
                 assertDetected(raw + raw.suffix(Self.trailer), p, "\(n): trailer repeated")
             }
         }
@@ -229,7 +229,7 @@ final class TamperSuiteTests: XCTestCase {
     func testShortJunkAfterAChunkAlignedFile() throws {
         let p = randomBytes(2 * Self.chunk, &rng)
         let raw = try encrypt(p, name: "aligned")
-        for junk in [randomBytes(1, &rng), randomBytes(27, &rng), randomBytes(28, &rng), Array(raw.suffix(Self.trailer))] {
+        for junk in [randomBytes(1, &rng), randomBytes(31, &rng), randomBytes(32, &rng), Array(raw.suffix(Self.trailer))] {
             let v = readBack(raw + junk, expecting: p, "\(junk.count) bytes after a chunk-aligned file")
             XCTAssertEqual(v, .detected, "\(junk.count) bytes appended after a chunk-aligned file are not reported")
         }
@@ -264,12 +264,49 @@ final class TamperSuiteTests: XCTestCase {
         XCTAssertEqual(fileSize(path), 0, "a refused open leaves the file as it was")
     }
 
+    /// Issue 15 #3: emptying a file (O_TRUNC, ftruncate to 0, in this process or through another
+    /// handle) starts a new file ID and data key, so a chunk of the old contents spliced into the
+    /// rewritten file at its own position fails authentication (with one key it verified).
+    func testEmptyingAFileStartsANewKeyGeneration() throws {
+        let old = randomBytes(3 * Self.chunk, &rng), new = randomBytes(3 * Self.chunk, &rng)
+        let emptyings: [(String, (String) throws -> SecureFile)] = [
+            ("O_TRUNC", { try SecureFile.open($0, flags: O_RDWR | O_TRUNC, services: self.env.services) }),
+            ("ftruncate(0)", { let f = try SecureFile.open($0, flags: O_RDWR, services: self.env.services); try f.truncate(to: 0); return f }),
+            ("O_TRUNC, coordinated", { try SecureFile.open($0, flags: O_RDWR | O_TRUNC, services: self.env.services, sharing: .processes) }),
+        ]
+        for (what, emptying) in emptyings {
+            let path = env.path("generation")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: env.services)
+            try f.pwrite(old, at: 0)
+            // A second handle stays open across the emptying: it must follow the new generation.
+            let other = try SecureFile.open(path, flags: O_RDWR, services: env.services, sharing: .processes)
+            let before = readWholeFile(path)
+            try f.close()
+            let g = try emptying(path)
+            XCTAssertEqual(try g.size, 0, what)
+            try g.pwrite(new, at: 0)
+            try g.close()
+            XCTAssertEqual(try other.pread(count: new.count, at: 0), new, "\(what): an open handle reads the new generation")
+            try other.close()
+            let after = readWholeFile(path)
+            XCTAssertNotEqual(Array(before[16..<32]), Array(after[16..<32]), "\(what): new file ID")
+            XCTAssertNotEqual(Array(before[48..<108]), Array(after[48..<108]), "\(what): new wrapped data key")
+            XCTAssertEqual(readBack(after, expecting: new, "\(what): rewritten"), .intact)
+            // Old chunk 1 at its own position in the new file.
+            var spliced = after
+            let at = Self.header + Self.physicalChunk
+            spliced.replaceSubrange(at..<at + Self.physicalChunk, with: before[at..<at + Self.physicalChunk])
+            XCTAssertEqual(readBack(spliced, expecting: new, "\(what): old-generation chunk spliced in"), .detected)
+            unlink(path)
+        }
+    }
+
     /// Issue 15 #1: a file cut at a chunk boundary plus a trailer's length opens, but no later write,
     /// grow, hole fill or coordinated write may seal a fresh trailer over the cut.
     func testTruncationIsNotLaunderedByLaterWrites() throws {
         let p = randomBytes(20_000, &rng)
         let raw = try encrypt(p, name: "launder")
-        let cut = Array(raw[0..<(Self.header + 2 * (Self.chunk + 28) + 28)])
+        let cut = Array(raw[0..<(Self.header + 2 * Self.physicalChunk + Self.trailer)])
         let path = env.path("laundered")
         let attempts: [(String, (SecureFile) throws -> Void)] = [
             ("append", { _ = try $0.write([UInt8](repeating: 9, count: 9)) }),

@@ -107,7 +107,7 @@ final class WrappedFileTests: XCTestCase {
         writePlain(env.path("src"), randomBytes(10_000, &rng))
         try ACWrappedFile.wrapFile(atPath: env.path("src"), toPath: env.path("w"), cryptoBlock: block, actualFileName: "n")
         let good = readPlain(env.path("w"))
-        for offset in [20, 40, 70, 128, 128 + 12 + 3, 128 + 4124 + 100, good.count - 5] {
+        for offset in [20, 40, 70, 128, 128 + 16 + 3, 128 + 4128 + 100, good.count - 5] {
             var bad = good
             bad[offset] ^= 0x40
             writePlain(env.path("bad"), bad)

@@ -95,7 +95,7 @@ export ACSECURE_PASSCODE="$PASS1"
 run 0 "encrypt" encrypt plain.txt a.acsf
 clean_output "encrypt"
 expect "ciphertext does not contain the plaintext" bash -c "! grep -q '$MARKER' a.acsf"
-expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $((128 + size + 28 * ((size + 4095) / 4096) + 28))
+expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $((128 + size + 32 * ((size + 4095) / 4096) + 32))
 run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
 expect "refusal names the file" grep -q "a.acsf" err
 run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
@@ -151,7 +151,7 @@ clean_output "verify"
 
 # --- tampering: one bit in chunk 3, a truncation at a chunk boundary, a swap of two chunks
 cp a.acsf t.acsf
-off=$((128 + 3 * 4124 + 12 + 100))
+off=$((128 + 3 * 4128 + 16 + 100))
 printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j$off -N1 t.acsf) ^ 1 )))" | dd of=t.acsf bs=1 seek=$off conv=notrunc status=none
 run 5 "verify a tampered file" verify a.acsf t.acsf
 expect "verify names chunk 3" grep -q "t.acsf: chunk 3 " out
@@ -163,7 +163,7 @@ run 4 "decrypt a tampered file" decrypt t.acsf t.out
 expect "decrypt of a tampered file leaves no output" test ! -e t.out
 expect "decrypt of a tampered file leaves no temp file" no_temp_files .
 cp a.acsf cut.acsf
-truncate -s $(( $(stat -c %s a.acsf) - 4124 )) cut.acsf
+truncate -s $(( $(stat -c %s a.acsf) - 4128 )) cut.acsf
 run 5 "verify a file cut at a chunk boundary" verify cut.acsf
 expect "verify reports the length check" grep -q "length check failed" out
 cp a.acsf junk.acsf
@@ -174,12 +174,12 @@ run 0 "cat a file with bytes appended reads the authenticated content" cat junk.
 expect "cat of a file with bytes appended gives the plaintext" cmp -s out plain.txt
 expect "cat warns about the ignored bytes (never silent)" grep -q "warning: junk.acsf: 18 bytes after the authenticated end" err
 cp junk.acsf cutlaunder.acsf
-truncate -s $(( 128 + 2 * 4124 + 28 )) cutlaunder.acsf
+truncate -s $(( 128 + 2 * 4128 + 32 )) cutlaunder.acsf
 printf 'more' >appendme.txt
 STDIN=appendme.txt run 4 "append to a cut file is refused (the cut is not sealed over)" write --append cutlaunder.acsf
 run 5 "verify still fails after the refused append" verify cutlaunder.acsf
 cp a.acsf swap.acsf
-dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4124)) seek=128 count=4124 conv=notrunc status=none
+dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4128)) seek=128 count=4128 conv=notrunc status=none
 run 5 "verify a file with a chunk moved" verify swap.acsf
 expect "verify names chunk 0" grep -q "swap.acsf: chunk 0 " out
 

@@ -1,0 +1,116 @@
+import ACCrypto
+
+/// The AES-GCM keys of one file's chunks and trailer (docs/FORMAT.md "Nonces and chunk keys").
+///
+/// Version 1: every chunk and trailer is sealed under the data key itself.
+/// Version 2: each chunk and trailer names a 32-bit key selector *s* and is sealed under
+/// K_s = AES-256(data key, "ACSFkey2" ‖ s ‖ u32 0) ‖ AES-256(data key, "ACSFkey2" ‖ s ‖ u32 1).
+/// A writer uses one random *s* for at most `writesPerSelector` seals, then draws another; readers
+/// keep the contexts of the last `cachedSelectors` selectors they met. The data key itself is used
+/// only as this PRF's key, never for GCM.
+///
+/// Key material: the data key and each K_s pass through guarded memory (`SecureBytes`), but the
+/// expanded AES key schedules (of the PRF and of each cached GCM context) live in OpenSSL's heap,
+/// as for every OpenSSL context; they are cleansed when the context is freed (services lock, close).
+final class ChunkKeys {
+    static let writesPerSelector = 1 << 16
+    static let cachedSelectors = 32
+
+    /// Version 1: the data key's GCM context. Version 2: nil.
+    private let single: AESGCMContext?
+    private let prf: AESBlockCipher?
+    private var selectors = [UInt32](repeating: 0, count: ChunkKeys.cachedSelectors)
+    private var contexts = [AESGCMContext?](repeating: nil, count: ChunkKeys.cachedSelectors)
+    private var hand = 0
+    /// Where K_s is derived (guarded memory, wiped after each use).
+    private let keyScratch = SecureBytes(count: 32)
+    private var lastSelector: UInt32 = 0
+    private var lastContext: AESGCMContext?
+
+    private var writeSelector: UInt32 = 0
+    private var writeContext: AESGCMContext?
+    private var writesLeft = 0
+    /// How many selectors this writer has drawn (observable by tests).
+    private(set) var selectorsDrawn = 0
+
+    init(dataKey: SecureBytes, selectors: Bool) throws(CryptoError) {
+        if selectors {
+            prf = try AESBlockCipher(key: dataKey)
+            single = nil
+        } else {
+            single = try AESGCMContext(key: dataKey)
+            prf = nil
+        }
+    }
+
+    /// K_s for `s` into `key` (guarded memory, allocated once per file: `sodium_malloc` costs more
+    /// than the derivation).
+    static func derive(_ prf: AESBlockCipher, selector s: UInt32, into key: SecureBytes) throws(CryptoError) {
+        var blocks: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        try withUnsafeMutableBytes(of: &blocks) { (b: UnsafeMutableRawBufferPointer) throws(CryptoError) in
+            for j in 0..<2 {
+                b.storeBytes(of: UInt64(0x4143_5346_6B65_7932).bigEndian, toByteOffset: 16 * j, as: UInt64.self)  // "ACSFkey2"
+                b.storeBytes(of: s.bigEndian, toByteOffset: 16 * j + 8, as: UInt32.self)
+                b.storeBytes(of: UInt32(j).bigEndian, toByteOffset: 16 * j + 12, as: UInt32.self)
+            }
+            try key.withUnsafeMutableBytes { (k: UnsafeMutableRawBufferPointer) throws(CryptoError) in
+                try prf.encryptBlocks(UnsafeRawBufferPointer(b), into: k.baseAddress!)
+            }
+        }
+    }
+
+    /// The context that opens a chunk or trailer naming selector `s` (ignored in version 1), or nil
+    /// if OpenSSL fails (treated as an authentication failure).
+    @inline(__always) func context(forSelector s: UInt32) -> AESGCMContext? {
+        if let single { return single }
+        if s == lastSelector, let lastContext { return lastContext }
+        if s == writeSelector, let writeContext { return writeContext }
+        return lookUp(s)
+    }
+
+    private func lookUp(_ s: UInt32) -> AESGCMContext? {
+        for i in 0..<contexts.count where selectors[i] == s {
+            if let c = contexts[i] { lastSelector = s; lastContext = c; return c }
+        }
+        guard let prf else { return nil }
+        // A miss: derive K_s and re-key the oldest cached context (or make one while the cache fills).
+        defer { keyScratch.wipe() }
+        do {
+            try Self.derive(prf, selector: s, into: keyScratch)
+            let c: AESGCMContext
+            if let old = contexts[hand] { try old.rekeyForOpening(keyScratch); c = old } else { c = try AESGCMContext(key: keyScratch) }
+            selectors[hand] = s
+            contexts[hand] = c
+            hand = (hand + 1) % contexts.count
+            lastSelector = s
+            lastContext = c
+            return c
+        } catch {
+            contexts[hand] = nil
+            lastContext = nil
+            return nil
+        }
+    }
+
+    /// The selector and context for the next seal: the current selector until it has sealed
+    /// `writesPerSelector` times, then a fresh random one.
+    @inline(__always) func nextWrite() throws(CryptoError) -> (UInt32, AESGCMContext) {
+        if let single { return (0, single) }
+        if writesLeft == 0 || writeContext == nil { try drawSelector() }
+        writesLeft -= 1
+        return (writeSelector, writeContext!)
+    }
+
+    private func drawSelector() throws(CryptoError) {
+        var s: UInt32 = 0
+        withUnsafeMutableBytes(of: &s) { SecureRandom.fill($0) }
+        guard let prf else { return }
+        defer { keyScratch.wipe() }
+        try Self.derive(prf, selector: s, into: keyScratch)
+        // Its own context, never one of the read cache's (those are re-keyed for opening only).
+        writeContext = try AESGCMContext(key: keyScratch)
+        writeSelector = s
+        writesLeft = Self.writesPerSelector
+        selectorsDrawn += 1
+    }
+}
