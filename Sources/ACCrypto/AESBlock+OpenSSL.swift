@@ -1,4 +1,4 @@
-import CLibCrypto
+import CACSecureLibCrypto
 
 /// Raw AES-256 block encryption (ECB, no padding) through OpenSSL's EVP interface: a PRF on
 /// 16-byte blocks, used to derive keys. Never used to encrypt data.
