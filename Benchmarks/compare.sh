@@ -48,15 +48,15 @@ if [ "$smoke" = 0 ]; then
   fi
 fi
 
-# Release build of the driver: the C API one, else the Swift API one.
+# Release build of the driver: the C API one (the functions a C program calls). A build failure
+# fails the run: falling back to another API would measure something else under the same name.
+# ACBENCH_DRIVER=ac-compare-swift measures the Swift API instead, on purpose.
 scratch="${SWIFT_SCRATCH_PATH:-$here/.build}"
 build() { swift build --package-path "$here" --scratch-path "$scratch" -c release --product "$1" >&2; }
-if build ac-compare; then
-  driver=ac-compare
-else
-  echo "compare: the C API driver (libACSecureFile.so) did not build; using the Swift API driver" >&2
-  build ac-compare-swift
-  driver=ac-compare-swift
+driver="${ACBENCH_DRIVER:-ac-compare}"
+if ! build "$driver"; then
+  echo "compare: FAILED to build the $driver driver" >&2
+  exit 1
 fi
 bin="$(swift build --package-path "$here" --scratch-path "$scratch" -c release --show-bin-path)/$driver"
 
