@@ -336,3 +336,20 @@ func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
     guard rc == 0 else { close(fds[0]); XCTFail("posix_spawn: \(rc)"); throw XCTSkip("spawn") }
     return (pid, fds[0])
 }
+
+/// Runs Tests/ACSecureCrashChild with `args` to its end; returns its wait status and its output.
+func runCrashChild(_ args: [String]) throws -> (status: Int32, output: String) {
+    let (pid, out) = try spawnCrashChild(args)
+    var output: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(out, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { break }
+        output += buf[0..<n]
+    }
+    close(out)
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (status, String(decoding: output, as: UTF8.self))
+}

@@ -20,20 +20,8 @@ final class WriteShapeCrashTests: XCTestCase {
     static let chunk = 4096
 
     func runChild(_ args: [String]) throws -> (lines: [String], killed: Bool) {
-        let (pid, fd) = try spawnCrashChild(args)
-        var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n <= 0 { break }
-            out += buf[0..<n]
-        }
-        close(fd)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        let killed = status & 0x7f == SIGKILL
-        let lines = String(decoding: out, as: UTF8.self).split(separator: "\n").map(String.init)
-        return (lines, killed)
+        let (status, output) = try runCrashChild(args)
+        return (output.split(separator: "\n").map(String.init), status & 0x7f == SIGKILL)
     }
 
     func shapes() throws -> [Shape] {
