@@ -128,9 +128,10 @@ public struct FileHeader: Sendable, Equatable {
         }
     }
 
-    /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was altered).
+    /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was
+    /// altered). The key class must be `kek`'s: it tells readers which key a file needs.
     func unwrap(with kek: KeyEncryptionKey) -> SecureBytes? {
-        guard constantTimeEqualBytes(kek.fingerprint, fingerprint),
+        guard keyClass == kek.keyClass.rawValue, constantTimeEqualBytes(kek.fingerprint, fingerprint),
               let ctx = try? AESGCMContext(key: kek.key) else { return nil }
         let key = wrappedKey.withUnsafeBytes { ctx.openSealed($0, aad: authenticatedPrefix) }
         return key?.count == 32 ? key : nil
