@@ -16,6 +16,9 @@ public enum SecureRandom {
     public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return }
         Sodium.ensureInitialized()
+        #if DEBUG
+        if DeterministicRandomness.fillIfActive(base, buffer.count) { return }
+        #endif
         randombytes_buf(base, buffer.count)
     }
 
@@ -47,6 +50,9 @@ import CACSecureLibCrypto
 public enum NonceGenerator {
     public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        #if DEBUG
+        if DeterministicRandomness.fillIfActive(base, buffer.count) { return }
+        #endif
         // RAND_bytes fails only if the DRBG cannot be seeded; a nonce must never be reused, so stop.
         precondition(RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1,
                      "OpenSSL RAND_bytes failed")

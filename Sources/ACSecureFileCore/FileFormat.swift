@@ -58,16 +58,17 @@ public struct FileLayout: Sendable, Equatable {
     }
 
     /// Plaintext size of a physical file length, or nil when no valid file has that length
-    /// (a torn write or tampering).
+    /// (a torn write or tampering, or a size past `SecureFile.maximumFileSize`).
     public func plaintextSize(forPhysicalSize physical: Int64) -> Int64? {
         let body = physical - Int64(Self.headerSize) - Int64(trailerSize)
         guard body >= 0 else { return nil }
         let p = Int64(physicalChunkSize)
         let full = body / p
         let rem = body % p
-        if rem == 0 { return full << Int64(chunkShift) }
-        guard rem > Int64(chunkOverhead) else { return nil }
-        return full << Int64(chunkShift) + rem - Int64(chunkOverhead)
+        guard rem == 0 || rem > Int64(chunkOverhead) else { return nil }
+        // full·2^s ≤ body: no overflow. No writer goes past the limit, so a longer file is not valid.
+        let size = full << Int64(chunkShift) + (rem == 0 ? 0 : rem - Int64(chunkOverhead))
+        return size <= SecureFile.maximumFileSize ? size : nil
     }
 
     /// AAD of chunk `index`: it binds the chunk to its file and its position.
@@ -127,9 +128,10 @@ public struct FileHeader: Sendable, Equatable {
         }
     }
 
-    /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was altered).
+    /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was
+    /// altered). The key class must be `kek`'s: it tells readers which key a file needs.
     func unwrap(with kek: KeyEncryptionKey) -> SecureBytes? {
-        guard constantTimeEqualBytes(kek.fingerprint, fingerprint),
+        guard keyClass == kek.keyClass.rawValue, constantTimeEqualBytes(kek.fingerprint, fingerprint),
               let ctx = try? AESGCMContext(key: kek.key) else { return nil }
         let key = wrappedKey.withUnsafeBytes { ctx.openSealed($0, aad: authenticatedPrefix) }
         return key?.count == 32 ? key : nil

@@ -109,6 +109,21 @@ final class FormatVectorTests: XCTestCase {
         }
     }
 
+    /// A secure file holds at most 2^44 bytes: a physical length that implies more is not a valid
+    /// length (docs/FORMAT.md, "Size limit"), for every chunk size and version.
+    func testLengthsBeyondTheSizeLimitAreInvalid() {
+        for shift in FileLayout.chunkShiftRange {
+            for version in FileLayout.supportedVersions {
+                let layout = FileLayout(chunkShift: shift, version: version)
+                let largest = layout.physicalSize(forPlaintextSize: SecureFile.maximumFileSize)
+                XCTAssertEqual(layout.plaintextSize(forPhysicalSize: largest), SecureFile.maximumFileSize)
+                XCTAssertNil(layout.plaintextSize(forPhysicalSize: layout.physicalSize(forPlaintextSize: SecureFile.maximumFileSize + 1)),
+                             "shift \(shift) version \(version)")
+                XCTAssertNil(layout.plaintextSize(forPhysicalSize: Int64.max), "shift \(shift) version \(version)")
+            }
+        }
+    }
+
     func testIndependentDecoderReadsTheVectors() throws {
         for v in Self.vectors {
             let bytes = readWholeFile(Self.directory + "/\(v.name).acsf")
@@ -147,7 +162,10 @@ enum IndependentDecoder {
         return out
     }
 
-    static func decrypt(_ file: [UInt8], kek: KeyEncryptionKey) throws -> [UInt8] {
+    static func decrypt(_ file: [UInt8], kek: KeyEncryptionKey) throws -> [UInt8] { try decrypt(file, key: kek.key) }
+
+    /// `keyClass`, when given, is the class of `key` (1 app, 2 group, 3 crypto block): the header must name it.
+    static func decrypt(_ file: [UInt8], key kek: SecureBytes, keyClass: UInt8? = nil) throws -> [UInt8] {
         guard file.count >= 128 else { throw Invalid(why: "short") }
         let h = Array(file[0..<128])
         let version = u16(h, 4)
@@ -158,10 +176,11 @@ enum IndependentDecoder {
         guard file.count >= 128 + overhead else { throw Invalid(why: "short") }
         let shift = Int(h[8])
         guard (9...20).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }), h[108..<128].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        guard keyClass == nil || keyClass == h[9] else { throw Invalid(why: "key class \(h[9])") }
         let fileID = Array(h[16..<32])
-        let fingerprint = try HKDF.sha256(key: kek.key, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
+        let fingerprint = try HKDF.sha256(key: kek, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
         guard fingerprint.withUnsafeBytes({ Array($0) }) == Array(h[32..<48]) else { throw Invalid(why: "fingerprint") }
-        let dataKeyBytes = try gcmOpen(kek.key, nonce: Array(h[48..<60]), aad: Array(h[0..<48]),
+        let dataKeyBytes = try gcmOpen(kek, nonce: Array(h[48..<60]), aad: Array(h[0..<48]),
                                   ciphertext: Array(h[60..<92]), tag: Array(h[92..<108]))
         let dataKey = SecureBytes(copying: dataKeyBytes)
         // The key of a chunk or trailer starting at `at`: the data key (version 1), or

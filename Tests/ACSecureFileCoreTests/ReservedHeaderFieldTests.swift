@@ -109,4 +109,27 @@ final class ReservedHeaderFieldTests: XCTestCase {
             try f.close()
         }
     }
+
+    /// The key class (byte 9) names the class of the KEK the data key is wrapped under (docs/FORMAT.md,
+    /// "Key hierarchy"): a header re-wrapped by the KEK holder with another class is refused, and the
+    /// same key bytes offered as a key of another class do not open the file.
+    func testKeyClassMustBeTheClassOfTheKey() throws {
+        let env = try TestEnvironment()
+        let (path, header, dataKey, kek) = try makeFile(env, "class")
+        var relabelled = header
+        relabelled.keyClass = KeyEncryptionKey.KeyClass.group.rawValue
+        relabelled.wrappedKey = try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: relabelled.authenticatedPrefix)
+        replaceHeader(path, with: relabelled.encoded())
+        XCTAssertNil(relabelled.unwrap(with: kek), "the wrap authenticates, but the class is not the key's")
+        do {
+            let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            try? f.close()
+            XCTFail("a header naming key class 2 opened with the app key")
+        } catch {
+            XCTAssertEqual(error.code, .badKeyOrCorruptData)
+        }
+        let sameKeyOtherClass = try KeyEncryptionKey(key: kek.key, keyClass: .cryptoBlock)
+        XCTAssertNil(header.unwrap(with: sameKeyOtherClass))
+        XCTAssertNotNil(header.unwrap(with: kek))
+    }
 }
