@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import CACSecureFile
 import ACSecureFileCore
 import ACSecureServices
@@ -11,17 +12,16 @@ import ACSecureServices
 /// Calls the exported C functions exactly as a C program would (Swift cannot call the variadic
 /// `ACSecureFileOpen`, so it uses the non-variadic entry point the C shim forwards to).
 final class ACSecureFileCAPITests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
 
     override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("acsecure-capi-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        temporary = try TemporaryDirectory(prefix: "acsecure-capi")
         XCTAssertEqual(ACSecureServicesStart("capi-tests", directory + "/store"), 0, String(cString: strerror(errno)))
     }
 
     override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     private func path(_ name: String) -> String { directory + "/" + name }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import CACSecureFile
 @testable import ACSecureFileCAPI
 import ACSecureFileCore
@@ -12,16 +13,16 @@ import ACSecureSharingCore
 /// ACSecureSharing.h called as C calls it, in one process (the two-process flow is
 /// Tests/CDifferential/wrapped.c): a NULL-group round trip, and the error mapping.
 final class ACSecureSharingCAPITests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
 
     override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-capi-sharing-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        temporary = try TemporaryDirectory(prefix: "acsecure-capi-sharing")
         XCTAssertEqual(ACSecureServicesStart("capi-sharing-tests", directory + "/store"), 0, String(cString: strerror(errno)))
     }
 
     override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     private func cryptoBlock(_ group: String?) throws -> [UInt8] {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import CACSecureFile
 @testable import ACSecureFileCAPI
 
@@ -10,15 +11,15 @@ import CACSecureFile
 /// when asked (ACSecureFileOpenWithOptions), the durability calls, and a recovered interrupted
 /// write reported right after open.
 final class DurabilityCAPITests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
 
     override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-durability-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        temporary = try TemporaryDirectory(prefix: "acsecure-durability")
         XCTAssertEqual(ACSecureServicesStart("capi-durability", directory + "/store"), 0, String(cString: strerror(errno)))
     }
 
-    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: directory) }
+    override func tearDownWithError() throws { temporary = nil }
 
     private func physicalSize(_ name: String) -> Int {
         var st = stat()

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import Dispatch
 import Synchronization
 import ACSecureServices

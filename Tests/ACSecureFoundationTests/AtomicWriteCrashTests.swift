@@ -3,61 +3,30 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureFileCore
 import ACSecureFoundation
 
-/// Runs Tests/ACSecureFoundationCrashHelper, built next to the test bundle.
+/// Runs Tests/ACSecureFoundationCrashHelper, built next to the test bundle (standard error
+/// merged into standard output).
 enum CrashHelper {
-    struct Result { var output: String; var status: Int32; var reason: Process.TerminationReason }
+    struct Result { var output: String; var status: ExitStatus }
 
-    static var executable: URL {
-        get throws {
-            let bundleDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-                                      ?? CommandLine.arguments[0]).deletingLastPathComponent()
-            // The test binary is .build/<config>/X.xctest (a file on Linux); the helper sits beside it.
-            for candidate in [bundleDirectory, bundleDirectory.deletingLastPathComponent()] {
-                let url = candidate.appendingPathComponent("ACSecureFoundationCrashHelper")
-                if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-            }
-            throw NSError(domain: "CrashHelper", code: 1, userInfo: [NSLocalizedDescriptionKey:
-                "ACSecureFoundationCrashHelper not found next to \(bundleDirectory.path): run `swift build --build-tests` first"])
+    static func start(_ arguments: [String], home: String, appID: String) throws -> ChildProcess {
+        guard let executable = ChildProcess.builtExecutable("ACSecureFoundationCrashHelper") else {
+            throw TestSupportError("ACSecureFoundationCrashHelper is not built next to the tests: run `swift build --build-tests` first")
         }
-    }
-
-    static func start(_ arguments: [String], home: String, appID: String) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = try executable
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
+        var environment = ChildProcess.inheritedEnvironment
         environment["ACSECURE_HOME"] = home
         environment["ACSECURE_APP_ID"] = appID
         environment["ACSECURE_PASSCODE"] = nil
         environment["SWIFT_BACKTRACE"] = "enable=no"
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        return (process, pipe)
-    }
-
-    /// Reads the child's output until it says "ready" (or exits).
-    static func waitUntilReady(_ pipe: Pipe) -> String {
-        var output = Data()
-        while !String(decoding: output, as: UTF8.self).contains("ready") {
-            let chunk = pipe.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            output.append(chunk)
-        }
-        return String(decoding: output, as: UTF8.self)
+        return try ChildProcess.spawn(executable, arguments, environment: environment, standardError: .standardOutput)
     }
 
     static func run(_ arguments: [String], home: String, appID: String) throws -> Result {
-        let (process, pipe) = try start(arguments, home: home, appID: appID)
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(output: String(decoding: output, as: UTF8.self), status: process.terminationStatus,
-                      reason: process.terminationReason)
+        let output = try start(arguments, home: home, appID: appID).finish()
+        return Result(output: output.standardOutput, status: output.status)
     }
 }
 
@@ -97,18 +66,17 @@ final class AtomicWriteCrashTests: SecureFoundationTestCase {
         var outcomes: [Outcome] = []
         for round in 0..<rounds {
             let p = path("crash-\(atomic)-\(round)")
-            let (process, pipe) = try CrashHelper.start(["write-loop", p] + (atomic ? ["atomic"] : []),
-                                                       home: directory + "/store", appID: appID)
-            let said = CrashHelper.waitUntilReady(pipe)
-            guard said.contains("ready") else {
-                process.waitUntilExit()
-                XCTFail("helper did not start: \(said)")
+            let helper = try CrashHelper.start(["write-loop", p] + (atomic ? ["atomic"] : []),
+                                               home: directory + "/store", appID: appID)
+            let said = helper.readStandardOutput(untilLine: "ready")
+            guard said.hasSuffix("ready\n") else {
+                XCTFail("helper did not start (\(helper.finish().status)): \(said)")
                 return outcomes
             }
             usleep(UInt32.random(in: 0...40_000, using: &rng))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            XCTAssertEqual(process.terminationReason, .uncaughtSignal)
+            kill(helper.pid, SIGKILL)
+            let status = helper.finish().status
+            XCTAssertEqual(status.signal, SIGKILL, "\(status)")
             outcomes.append(outcome(p))
         }
         return outcomes

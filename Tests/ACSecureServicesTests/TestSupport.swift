@@ -4,16 +4,9 @@ import Glibc
 import Foundation
 import Synchronization
 import XCTest
+import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
-
-/// A fresh private directory under /tmp (mkdtemp), removed by the test case's teardown.
-func makeTemporaryDirectory() -> String {
-    var template = Array("/tmp/acss-tests-XXXXXX".utf8CString)
-    let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-    precondition(made != nil, "mkdtemp failed: errno \(errno)")
-    return String(cString: made!)
-}
 
 func passcode(_ s: String) -> SecureBytes { SecureBytes(copying: Array(s.utf8)) }
 
@@ -46,18 +39,19 @@ func writeBytes(_ path: String, _ bytes: [UInt8]) {
 
 /// Base class: a temporary root per test, and assertion helpers for `SecureServicesError` codes.
 class SecureServicesTestCase: XCTestCase {
-    var root = ""
+    var temporary: TemporaryDirectory!
+    var root: String { temporary.path }
     /// Where the store lives: a not-yet-existing subdirectory, so SecureServices creates it.
     var storeDirectory: String { root + "/store" }
     var seedPath: String { storeDirectory + "/seed" }
 
-    override func setUp() {
-        super.setUp()
-        root = makeTemporaryDirectory()
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        temporary = try TemporaryDirectory(prefix: "acss-tests")
     }
 
     override func tearDown() {
-        try? FileManager.default.removeItem(atPath: root)
+        temporary = nil
         super.tearDown()
     }
 

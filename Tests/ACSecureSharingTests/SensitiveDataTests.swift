@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACCrypto
 import ACSecureFoundation
 @testable import ACSecureSharing
