@@ -14,11 +14,25 @@ extension SecureBytes {
     var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
 }
 
-/// A thread-safe recorder for callbacks that run on other threads.
+/// A thread-safe recorder for callbacks that run on other threads; a test waits for a callback
+/// instead of sleeping.
 final class Recorder<Element: Sendable>: Sendable {
     private let items = Mutex<[Element]>([])
-    func append(_ e: Element) { items.withLock { $0.append(e) } }
+    private let appended = DispatchSemaphore(value: 0)
+
+    func append(_ e: Element) {
+        items.withLock { $0.append(e) }
+        appended.signal()
+    }
+
     var values: [Element] { items.withLock { $0 } }
+
+    /// The values once `count` were recorded, or what was recorded by the time `timeout` passed.
+    func values(atLeast count: Int, timeout: Double = 10) -> [Element] {
+        let deadline = DispatchTime.now() + timeout
+        while values.count < count && appended.wait(timeout: deadline) == .success {}
+        return values
+    }
 }
 
 func fileMode(_ path: String) -> mode_t? {
@@ -71,15 +85,5 @@ class SecureServicesTestCase: XCTestCase {
         } catch {
             XCTFail("expected SecureServicesError \(code), got \(error). \(message)", file: file, line: line)
         }
-    }
-
-    /// Waits (polling) until `condition` holds or `timeout` passes.
-    func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
     }
 }
