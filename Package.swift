@@ -71,6 +71,8 @@ let package = Package(
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
         .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureCrashChild"),
+        // Writes the current-version test vectors of docs/test-vectors (FormatVectorTests checks its output).
+        .executableTarget(name: "ACSecureVectorWriter", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureVectorWriter"),
     ],
     swiftLanguageModes: [.v6]
 )
