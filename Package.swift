@@ -58,7 +58,7 @@ let package = Package(
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
-        .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureFoundationCrashHelper"),
+        .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
         .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),

@@ -3,7 +3,6 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import ACSecureTestSupport
 import CACSecureFile
 import ACSecureFileCore
 import ACSecureServices
@@ -11,18 +10,8 @@ import ACSecureServices
 
 /// Calls the exported C functions exactly as a C program would (Swift cannot call the variadic
 /// `ACSecureFileOpen`, so it uses the non-variadic entry point the C shim forwards to).
-final class ACSecureFileCAPITests: XCTestCase {
-    private var temporary: TemporaryDirectory!
-    private var directory: String { temporary.path }
-
-    override func setUpWithError() throws {
-        temporary = try TemporaryDirectory(prefix: "acsecure-capi")
-        XCTAssertEqual(ACSecureServicesStart("capi-tests", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws {
-        temporary = nil
-    }
+final class ACSecureFileCAPITests: CAPITestCase {
+    override class var appID: String { "capi-tests" }
 
     private func path(_ name: String) -> String { directory + "/" + name }
 

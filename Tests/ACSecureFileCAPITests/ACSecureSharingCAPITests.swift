@@ -3,7 +3,6 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import ACSecureTestSupport
 import CACSecureFile
 @testable import ACSecureFileCAPI
 import ACSecureFileCore
@@ -12,18 +11,8 @@ import ACSecureSharingCore
 
 /// ACSecureSharing.h called as C calls it, in one process (the two-process flow is
 /// Tests/CDifferential/wrapped.c): a NULL-group round trip, and the error mapping.
-final class ACSecureSharingCAPITests: XCTestCase {
-    private var temporary: TemporaryDirectory!
-    private var directory: String { temporary.path }
-
-    override func setUpWithError() throws {
-        temporary = try TemporaryDirectory(prefix: "acsecure-capi-sharing")
-        XCTAssertEqual(ACSecureServicesStart("capi-sharing-tests", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws {
-        temporary = nil
-    }
+final class ACSecureSharingCAPITests: CAPITestCase {
+    override class var appID: String { "capi-sharing-tests" }
 
     private func cryptoBlock(_ group: String?) throws -> [UInt8] {
         var block = [UInt8](repeating: 0, count: Int(ACSECURE_CRYPTO_BLOCK_SIZE))

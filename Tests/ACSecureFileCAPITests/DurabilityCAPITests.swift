@@ -3,23 +3,14 @@ import Glibc
 #endif
 import Foundation
 import XCTest
-import ACSecureTestSupport
 import CACSecureFile
 @testable import ACSecureFileCAPI
 
 /// When written data is in the file, through the C API: write-through by default, write-back only
 /// when asked (ACSecureFileOpenWithOptions), the durability calls, and a recovered interrupted
 /// write reported right after open.
-final class DurabilityCAPITests: XCTestCase {
-    private var temporary: TemporaryDirectory!
-    private var directory: String { temporary.path }
-
-    override func setUpWithError() throws {
-        temporary = try TemporaryDirectory(prefix: "acsecure-durability")
-        XCTAssertEqual(ACSecureServicesStart("capi-durability", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws { temporary = nil }
+final class DurabilityCAPITests: CAPITestCase {
+    override class var appID: String { "capi-durability" }
 
     private func physicalSize(_ name: String) -> Int {
         var st = stat()

@@ -299,22 +299,23 @@ final class CrashConsistencyTests: XCTestCase {
     }
 }
 
-/// Starts Tests/ACSecureCrashChild with `args`; returns its pid and the read end of its stdout.
-func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
+/// Tests/ACSecureCrashChild, built next to the tests.
+func crashChild() throws -> String {
     guard let exe = ChildProcess.builtExecutable("ACSecureCrashChild") else {
         XCTFail("ACSecureCrashChild is not built next to the test bundle: run `swift build --build-tests` first")
         throw XCTSkip("no child")
     }
-    let child = try ChildProcess.spawn(exe, args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+    return exe
+}
+
+/// Starts Tests/ACSecureCrashChild with `args`; returns its pid and the read end of its stdout.
+func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
+    let child = try ChildProcess.spawn(try crashChild(), args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
     return (child.pid, child.standardOutput)
 }
 
 /// Runs Tests/ACSecureCrashChild with `args` to its end; returns how it ended and its output.
 func runCrashChild(_ args: [String]) throws -> (status: ExitStatus, output: String) {
-    guard let exe = ChildProcess.builtExecutable("ACSecureCrashChild") else {
-        XCTFail("ACSecureCrashChild is not built next to the test bundle: run `swift build --build-tests` first")
-        throw XCTSkip("no child")
-    }
-    let result = try ChildProcess.run(exe, args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+    let result = try ChildProcess.run(try crashChild(), args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
     return (result.status, result.standardOutput)
 }

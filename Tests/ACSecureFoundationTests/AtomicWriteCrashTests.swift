@@ -30,23 +30,6 @@ enum CrashHelper {
     }
 }
 
-/// The contents of version `k` of the helper's write loop (same generator as the helper).
-func helperVersion(_ k: UInt64) -> Data {
-    let count = 150_000 + Int(k % 7) * 20_011
-    var out = Data(count: count)
-    var state = k &* 0x9E37_79B9_7F4A_7C15
-    out.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
-        for i in 0..<count {
-            if i < 8 { buffer[i] = UInt8(truncatingIfNeeded: k >> (8 * UInt64(i))); continue }
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            buffer[i] = UInt8(truncatingIfNeeded: z ^ (z >> 27))
-        }
-    }
-    return out
-}
-
 final class AtomicWriteCrashTests: SecureFoundationTestCase {
     /// What a file holds after its writer was killed: a whole version, or something else.
     enum Outcome: Equatable { case whole(UInt64), partial(String) }
@@ -56,7 +39,7 @@ final class AtomicWriteCrashTests: SecureFoundationTestCase {
         do { data = try Data(contentsOfSecureFile: p) } catch { return .partial("unreadable: \((error as NSError).code)") }
         guard data.count >= 8 else { return .partial("\(data.count) bytes") }
         let k = data.prefix(8).enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
-        guard k > 0, k < 1_000_000, data == helperVersion(k) else { return .partial("\(data.count) bytes, not a whole version") }
+        guard k > 0, k < 1_000_000, data == Data(writeLoopVersion(k)) else { return .partial("\(data.count) bytes, not a whole version") }
         return .whole(k)
     }
 
