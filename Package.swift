@@ -50,25 +50,29 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
+        // What the tests share: a seeded generator, temporary directories, child processes (Glibc only).
+        .target(name: "ACSecureTestSupport", path: "Tests/ACSecureTestSupport"),
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
-        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile"]),
-        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
-        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
-        .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
+        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
-        .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureFoundationCrashHelper"),
+        .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
-        .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices"]),
-        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
-        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
-        .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureCrashChild"),
+        .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureCrashChild"),
+        // Writes the current-version test vectors of docs/test-vectors (FormatVectorTests checks its output).
+        .executableTarget(name: "ACSecureVectorWriter", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureVectorWriter"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -38,7 +38,21 @@ public final class SecureServices: Sendable {
         var continuations: [UInt64: AsyncStream<SecureServicesAvailability>.Continuation] = [:]
         var nextObserverID: UInt64 = 1
         var autoLockSeconds: Double?
-        var autoLockTimer: DispatchSourceTimer?
+        private(set) var autoLockTimer: DispatchSourceTimer?
+        /// Timers armed and not yet cancelled: 0 or 1 unless one leaked (the tests check it).
+        private(set) var armedAutoLockTimers = 0
+
+        mutating func armAutoLock(_ timer: DispatchSourceTimer) {
+            autoLockTimer = timer
+            armedAutoLockTimers += 1
+        }
+
+        mutating func disarmAutoLock() {
+            guard let timer = autoLockTimer else { return }
+            timer.cancel()
+            autoLockTimer = nil
+            armedAutoLockTimers -= 1
+        }
         /// Key-encryption keys derived since the last unlock, by HKDF info: each open needs its
         /// file's KEK, and deriving it (two HKDFs) is most of what opening costs in crypto. Emptied
         /// with the seed at lock(), so no KEK outlives the unlocked period (docs/FORMAT.md).
@@ -116,7 +130,7 @@ public final class SecureServices: Sendable {
     }
 
     deinit {
-        state.withLock { $0.autoLockTimer?.cancel() }
+        state.withLock { $0.disarmAutoLock() }
     }
 
     public static func defaultStoreDirectory() -> String {
@@ -202,8 +216,7 @@ public final class SecureServices: Sendable {
             s.seed = nil
             s.keks.removeAll()
             s.generation &+= 1
-            s.autoLockTimer?.cancel()
-            s.autoLockTimer = nil
+            s.disarmAutoLock()
             return (Array(s.observers.values), Array(s.continuations.values))
         }
         notify(.unavailable, observers, continuations)
@@ -236,12 +249,14 @@ public final class SecureServices: Sendable {
     public func setAutoLock(seconds: Double?) {
         state.withLock { s in
             s.autoLockSeconds = seconds
-            s.autoLockTimer?.cancel()
-            s.autoLockTimer = nil
-            if s.seed != nil, let seconds { s.autoLockTimer = makeAutoLockTimer(seconds) }
+            s.disarmAutoLock()
+            if s.seed != nil, let seconds { s.armAutoLock(makeAutoLockTimer(seconds)) }
         }
         noteActivity()
     }
+
+    /// Auto-lock timers armed and not cancelled (for tests: more than one means a timer leaked).
+    var armedAutoLockTimers: Int { state.withLock { $0.armedAutoLockTimers } }
 
     /// Called by the engine on each operation, so the auto-lock measures inactivity.
     @inline(__always) public func noteActivity() {
@@ -380,7 +395,7 @@ public final class SecureServices: Sendable {
             s.seed = seed
             s.generation &+= 1
             availableGeneration.store(s.generation, ordering: .releasing)
-            if let seconds = s.autoLockSeconds { s.autoLockTimer = makeAutoLockTimer(seconds) }
+            if let seconds = s.autoLockSeconds { s.armAutoLock(makeAutoLockTimer(seconds)) }
             return (Array(s.observers.values), Array(s.continuations.values))
         }
         noteActivity()

@@ -15,6 +15,7 @@ import Glibc
 #endif
 import ACSecureServices
 import ACSecureFileCore
+import ACSecureTestSupport
 
 func emit(_ line: String) {
     let bytes = Array((line + "\n").utf8)
@@ -78,15 +79,9 @@ guard args.count == 5, let seed = UInt64(args[3]), let operations = Int(args[4])
     exit(2)
 }
 
-/// SplitMix64, as in the tests.
-nonisolated(unsafe) var state = seed
-func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-}
+/// The tests' generator, so a failing sequence replays from its seed.
+nonisolated(unsafe) var rng = SplitMix64(seed: seed)
+func next() -> UInt64 { rng.next() }
 func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 
 /// Byte j of operation k's data: must match CrashPattern in the tests.

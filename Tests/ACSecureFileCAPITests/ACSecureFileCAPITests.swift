@@ -10,19 +10,8 @@ import ACSecureServices
 
 /// Calls the exported C functions exactly as a C program would (Swift cannot call the variadic
 /// `ACSecureFileOpen`, so it uses the non-variadic entry point the C shim forwards to).
-final class ACSecureFileCAPITests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("acsecure-capi-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
-        XCTAssertEqual(ACSecureServicesStart("capi-tests", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
-    }
+final class ACSecureFileCAPITests: CAPITestCase {
+    override class var appID: String { "capi-tests" }
 
     private func path(_ name: String) -> String { directory + "/" + name }
 

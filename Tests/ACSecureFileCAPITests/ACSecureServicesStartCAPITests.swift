@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import CACSecureFile
 import ACSecureServices
 @testable import ACSecureFileCAPI
@@ -11,14 +12,14 @@ import ACSecureServices
 /// ID, a store created only when asked, and a protected store required on request or when
 /// $ACSECURE_PASSCODE is set.
 final class ACSecureServicesStartCAPITests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
     private var saved: [String: String?] = [:]
     private static let variables = ["ACSECURE_HOME", "ACSECURE_APP_ID", "ACSECURE_PASSCODE", "ACSECURE_CREATE_STORE",
                                     "ACSECURE_REQUIRE_PROTECTED_STORE"]
 
     override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-start-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        temporary = try TemporaryDirectory(prefix: "acsecure-start")
         for name in Self.variables {
             saved.updateValue(getenv(name).map { String(cString: $0) }, forKey: name)
             unsetenv(name)
@@ -30,7 +31,7 @@ final class ACSecureServicesStartCAPITests: XCTestCase {
             if let value { setenv(name, value, 1) } else { unsetenv(name) }
         }
         SecureServices.current = nil
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     private var store: String { directory + "/store" }

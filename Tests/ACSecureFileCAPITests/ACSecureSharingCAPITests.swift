@@ -11,18 +11,8 @@ import ACSecureSharingCore
 
 /// ACSecureSharing.h called as C calls it, in one process (the two-process flow is
 /// Tests/CDifferential/wrapped.c): a NULL-group round trip, and the error mapping.
-final class ACSecureSharingCAPITests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-capi-sharing-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
-        XCTAssertEqual(ACSecureServicesStart("capi-sharing-tests", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
-    }
+final class ACSecureSharingCAPITests: CAPITestCase {
+    override class var appID: String { "capi-sharing-tests" }
 
     private func cryptoBlock(_ group: String?) throws -> [UInt8] {
         var block = [UInt8](repeating: 0, count: Int(ACSECURE_CRYPTO_BLOCK_SIZE))

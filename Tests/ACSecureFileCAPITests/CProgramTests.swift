@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 
 /// Compiles the C test programs with the system C compiler against the headers and the built
 /// `libACSecureFile.so`, as a C user would, and runs them. Skipped when there is no C compiler or
@@ -32,24 +33,12 @@ final class CProgramTests: XCTestCase {
     @discardableResult
     private func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
                      stdoutFile: String? = nil) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
+        var env = ChildProcess.inheritedEnvironment
         env.merge(environment) { $1 }
-        process.environment = env
-        let pipe = Pipe()
-        if let stdoutFile {
-            XCTAssertTrue(FileManager.default.createFile(atPath: stdoutFile, contents: nil), stdoutFile)
-            process.standardOutput = FileHandle(forWritingAtPath: stdoutFile)
-        } else {
-            process.standardOutput = pipe
-        }
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try ChildProcess.run(executable, arguments, environment: env,
+                                          standardOutput: stdoutFile.map { .file($0) } ?? .pipe,
+                                          standardError: stdoutFile == nil ? .standardOutput : .pipe)
+        return (result.status.exitCode ?? -1, result.standardOutput + result.standardError)
     }
 
     private func build(_ source: String, _ output: String) throws -> String {
@@ -65,10 +54,9 @@ final class CProgramTests: XCTestCase {
     }
 
     private func temporaryDirectory() throws -> String {
-        let dir = NSTemporaryDirectory() + "acsecure-cprog-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
-        return dir
+        let temporary = try TemporaryDirectory(prefix: "acsecure-cprog")
+        addTeardownBlock { temporary.remove() }
+        return temporary.path
     }
 
     func testACECodesProgram() throws {

@@ -9,16 +9,8 @@ import CACSecureFile
 /// When written data is in the file, through the C API: write-through by default, write-back only
 /// when asked (ACSecureFileOpenWithOptions), the durability calls, and a recovered interrupted
 /// write reported right after open.
-final class DurabilityCAPITests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-durability-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
-        XCTAssertEqual(ACSecureServicesStart("capi-durability", directory + "/store"), 0, String(cString: strerror(errno)))
-    }
-
-    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: directory) }
+final class DurabilityCAPITests: CAPITestCase {
+    override class var appID: String { "capi-durability" }
 
     private func physicalSize(_ name: String) -> Int {
         var st = stat()

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import ACSecureServices
 @testable import ACSecureFileCore
 
@@ -108,20 +109,6 @@ struct ConsistencyOracle {
 /// A child process writes to a secure file and is SIGKILLed at random points; after each kill the
 /// file must open and every synced byte must read back (ConsistencyOracle's rule).
 final class CrashConsistencyTests: XCTestCase {
-    static var childPath: String {
-        var buf = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        let exe = n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
-        var dir = exe
-        while let slash = dir.lastIndex(of: "/"), !dir.isEmpty {
-            dir = String(dir[..<slash])
-            let candidate = dir + "/ACSecureCrashChild"
-            if access(candidate, X_OK) == 0 { return candidate }
-            if dir.hasSuffix("/.build") || dir.hasSuffix("/debug") == false && dir.count < 2 { break }
-        }
-        return ""
-    }
-
     struct Child { var pid: pid_t; var out: Int32 }
 
     func spawnChild(store: String, file: String, seed: UInt64, operations: Int) throws -> Child {
@@ -301,7 +288,7 @@ final class CrashConsistencyTests: XCTestCase {
             if problems.isEmpty { killsSurvived += 1 } else {
                 XCTFail(problems.joined(separator: "\n") + "\nlast events: " + lines.suffix(8).joined(separator: " | "))
                 let keep = "/tmp/acsecure-crash-failure-\(iteration)"
-                _ = try? FileManagerless.removeTree(keep)
+                removeTree(keep)
                 writeWholeFile(keep, readWholeFile(path))
                 print("CrashConsistency: kept the failing file at \(keep)")
                 break
@@ -312,44 +299,23 @@ final class CrashConsistencyTests: XCTestCase {
     }
 }
 
-/// Starts Tests/ACSecureCrashChild with `args`; returns its pid and the read end of its stdout.
-func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
-    let exe = CrashConsistencyTests.childPath
-    guard !exe.isEmpty else {
+/// Tests/ACSecureCrashChild, built next to the tests.
+func crashChild() throws -> String {
+    guard let exe = ChildProcess.builtExecutable("ACSecureCrashChild") else {
         XCTFail("ACSecureCrashChild is not built next to the test bundle: run `swift build --build-tests` first")
         throw XCTSkip("no child")
     }
-    var fds: [Int32] = [0, 0]
-    XCTAssertEqual(pipe(&fds), 0)
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-    posix_spawn_file_actions_addclose(&actions, fds[0])
-    let argv: [UnsafeMutablePointer<CChar>?] = ([exe] + args).map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    let env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
-    defer { env.forEach { free($0) } }
-    var pid: pid_t = 0
-    let rc = posix_spawn(&pid, exe, &actions, nil, argv, env)
-    close(fds[1])
-    guard rc == 0 else { close(fds[0]); XCTFail("posix_spawn: \(rc)"); throw XCTSkip("spawn") }
-    return (pid, fds[0])
+    return exe
 }
 
-/// Runs Tests/ACSecureCrashChild with `args` to its end; returns its wait status and its output.
-func runCrashChild(_ args: [String]) throws -> (status: Int32, output: String) {
-    let (pid, out) = try spawnCrashChild(args)
-    var output: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let n = buf.withUnsafeMutableBytes { read(out, $0.baseAddress, $0.count) }
-        if n < 0 && errno == EINTR { continue }
-        if n <= 0 { break }
-        output += buf[0..<n]
-    }
-    close(out)
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    return (status, String(decoding: output, as: UTF8.self))
+/// Starts Tests/ACSecureCrashChild with `args`; returns its pid and the read end of its stdout.
+func spawnCrashChild(_ args: [String]) throws -> (pid: pid_t, out: Int32) {
+    let child = try ChildProcess.spawn(try crashChild(), args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+    return (child.pid, child.standardOutput)
+}
+
+/// Runs Tests/ACSecureCrashChild with `args` to its end; returns how it ended and its output.
+func runCrashChild(_ args: [String]) throws -> (status: ExitStatus, output: String) {
+    let result = try ChildProcess.run(try crashChild(), args, environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+    return (result.status, result.standardOutput)
 }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import Synchronization
 import ACSecureServices
 @testable import ACSecureFileCore

@@ -4,6 +4,7 @@ import Glibc
 import XCTest
 import ACCrypto
 import ACSecureServices
+import ACSecureTestSupport
 @testable import ACSecureFileCore
 
 /// The committed test vectors in docs/test-vectors: files written by the engine under a published
@@ -35,22 +36,27 @@ final class FormatVectorTests: XCTestCase {
         return try KeyEncryptionKey(key: SecureBytes(copying: bytes), keyClass: .cryptoBlock)
     }
 
-    /// Writes the current-version vectors (run once with ACSECURE_WRITE_VECTORS=1; the files are
-    /// committed). `multi-chunk` is written one chunk per open, so its chunks name different key selectors.
-    func testWriteVectorsWhenAsked() throws {
-        guard getenv("ACSECURE_WRITE_VECTORS") != nil else { return }
-        mkdir(Self.directory, 0o755)
-        for v in Self.sizes {
-            let path = Self.directory + "/\(v.name).acsf"
-            unlink(path)
-            let plaintext = Self.plaintext(v.size)
-            let step = v.name == "multi-chunk" ? 4096 : max(v.size, 1)
-            for from in stride(from: 0, to: max(v.size, 1), by: step) {
-                let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o644, services: FixedKeyProvider(kek: Self.kek()))
-                if v.size > 0 { try f.pwrite(Array(plaintext[from..<min(v.size, from + step)]), at: Int64(from)) }
-                try f.close()
-            }
+    /// Tests/ACSecureVectorWriter (which regenerates the committed vectors) writes files that mean
+    /// what the committed ones mean: same names and sizes, format version 2, the published plaintext
+    /// under the published KEK, and a `multi-chunk` whose chunks name three selectors.
+    func testVectorWriterWritesWhatTheCommittedVectorsHold() throws {
+        guard let writer = ChildProcess.builtExecutable("ACSecureVectorWriter") else {
+            XCTFail("ACSecureVectorWriter is not built next to the tests: run `swift build --build-tests` first")
+            return
         }
+        let out = try TemporaryDirectory(prefix: "acsecure-vectors")
+        let result = try ChildProcess.run(writer, [out.path], environment: [:])
+        XCTAssertTrue(result.status.succeeded, "\(result.status): \(result.standardError)")
+        for v in Self.sizes {
+            let written = readWholeFile(out.path(v.name + ".acsf"))
+            let committed = readWholeFile(Self.directory + "/\(v.name).acsf")
+            XCTAssertEqual(written.count, committed.count, v.name)
+            XCTAssertNotEqual(written, committed, "\(v.name): fresh nonces, so fresh bytes")
+            XCTAssertEqual(try IndependentDecoder.decrypt(written, kek: Self.kek()), Self.plaintext(v.size), v.name)
+            XCTAssertEqual(try SecureFileSystem.info(out.path(v.name + ".acsf")).formatVersion, 2, v.name)
+        }
+        let multi = readWholeFile(out.path("multi-chunk.acsf"))
+        XCTAssertEqual(Set((0..<3).map { Array(multi[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }).count, 3)
     }
 
     func testEngineReadsTheVectors() throws {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import ACSecureFuzzHarness
 
 /// Replays every input under fuzz/FailCases/ (crash and finding inputs saved from fuzzing runs, kept

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import ACSecureServices
 @testable import ACSecureFileCore
 
@@ -10,36 +11,18 @@ import ACSecureServices
 final class MultiProcessWriterTests: XCTestCase {
     static let writers = 4, block = 1500, rounds = 6, blocks = 64
 
-    static var writerPath: String {
-        var buf = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        var dir = n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
-        while let slash = dir.lastIndex(of: "/") {
-            dir = String(dir[..<slash])
-            if access(dir + "/ACSecureMultiWriter", X_OK) == 0 { return dir + "/ACSecureMultiWriter" }
-            if dir.isEmpty { break }
-        }
-        return ""
-    }
-
     func runWriters(store: String, file: String, mode: String) throws {
-        let exe = Self.writerPath
-        guard !exe.isEmpty else { XCTFail("ACSecureMultiWriter is not built next to the tests (swift build --build-tests)"); return }
-        var pids: [pid_t] = []
-        for i in 0..<Self.writers {
-            let args = [exe, store, file, String(i), String(Self.writers), String(Self.block), String(Self.rounds), mode]
-            let argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
-            var env: [UnsafeMutablePointer<CChar>?] = [strdup("SWIFT_BACKTRACE=enable=no"), nil]
-            var pid: pid_t = 0
-            XCTAssertEqual(posix_spawn(&pid, exe, nil, nil, argv, &env), 0)
-            argv.forEach { free($0) }
-            env.forEach { free($0) }
-            pids.append(pid)
+        guard let exe = ChildProcess.builtExecutable("ACSecureMultiWriter") else {
+            XCTFail("ACSecureMultiWriter is not built next to the tests (swift build --build-tests)")
+            return
         }
-        for pid in pids {
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
-            XCTAssertEqual(status, 0, "writer \(pid) failed (status \(status))")
+        let writers = try (0..<Self.writers).map { i in
+            try ChildProcess.spawn(exe, [store, file, String(i), String(Self.writers), String(Self.block), String(Self.rounds), mode],
+                                   environment: ["SWIFT_BACKTRACE": "enable=no"])
+        }
+        for writer in writers {
+            let result = writer.finish()
+            XCTAssertTrue(result.status.succeeded, "writer \(writer.pid) failed (\(result.status)): \(result.standardOutput)\(result.standardError)")
         }
     }
 

@@ -11,7 +11,7 @@ import ACSecureServices
 final class ProcessHardeningTests: XCTestCase {
     func testApplyDisablesCoreDumpsAndDumpability() throws {
         let (status, output) = try runCrashChild(["--harden"])
-        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(status.succeeded, "\(status): \(output)")
         let lines = output.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
         XCTAssertEqual(lines.count, 2, output)
         guard lines.count == 2, lines[0].count == 4, lines[1].count == 4 else { return }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import Dispatch
 import Synchronization
 import ACSecureServices
@@ -93,7 +94,9 @@ final class SecureFileConcurrencyTests: XCTestCase {
         let path = env.path("locking")
         let marker = Array("PLAINTEXT-MARKER".utf8)  // 16 bytes, written everywhere
         let files = try (0..<3).map { _ in try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services) }
-        let started = Atomic<Int>(0)
+        // Each thread signals once it has done `warmUp` calls, so the lock lands in the middle of I/O.
+        let warmUp = 100
+        let warmedUp = DispatchSemaphore(value: 0)
         let locked = Atomic<Bool>(false)
         struct ThreadResult { var model: [UInt8]; var failures: [String]; var noKeys = 0; var okAfterLock = 0 }
         let results = LockedValue<[Int: ThreadResult]>([:])  // a pthread lock: ThreadSanitizer sees it
@@ -107,9 +110,9 @@ final class SecureFileConcurrencyTests: XCTestCase {
                 var rng = SplitMix64(seed: UInt64(t) + 100)
                 let base = t * Self.region
                 var i = 0
-                started.add(1, ordering: .relaxed)
                 while r.noKeys < 50 && i < 200_000 {
                     i += 1
+                    if i == warmUp + 1 { warmedUp.signal() }
                     let wasLocked = locked.load(ordering: .acquiring)
                     let off = Int.random(in: 0..<(Self.region - 64), using: &rng)
                     let n = Int.random(in: 16...64, using: &rng)
@@ -133,8 +136,9 @@ final class SecureFileConcurrencyTests: XCTestCase {
                 results.withLock { $0[t] = r }
             }
         }
-        while started.load(ordering: .relaxed) < Self.threads { usleep(100) }
-        usleep(30_000)  // let them run
+        for _ in 0..<Self.threads {
+            XCTAssertEqual(warmedUp.wait(timeout: .now() + 120), .success, "a thread did not start its I/O")
+        }
         locked.store(true, ordering: .releasing)
         env.services.lock()
         group.wait()
@@ -143,6 +147,7 @@ final class SecureFileConcurrencyTests: XCTestCase {
             let r = all[t]!
             for f in r.failures.prefix(3) { XCTFail(f) }
             XCTAssertGreaterThanOrEqual(r.noKeys, 50, "thread \(t) did not see ACE_NO_KEYS_ERROR after lock")
+            XCTAssertTrue(r.model.contains { $0 != 0 }, "thread \(t) wrote nothing before the lock")
         }
         // Every call fails now, on every handle.
         for f in files {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import XCTest
+import ACSecureTestSupport
 import ACSecureServices
 @testable import ACSecureFileCore
 
@@ -73,7 +74,7 @@ final class TamperSuiteTests: XCTestCase {
                 }
             } catch let e as SecureFileError {
                 XCTAssertEqual(e.code, .badKeyOrCorruptData, "\(what()): read at \(offset) failed with \(e.code.name): \(e.message)", file: file, line: line)
-                XCTAssertFalse(e.message.isEmpty)
+                XCTAssertTrue(e.message.contains(path), "\(what()): the error does not name the file: \(e.message)", file: file, line: line)
                 failed = true
             } catch { XCTFail("\(error)") }
             offset += Self.chunk

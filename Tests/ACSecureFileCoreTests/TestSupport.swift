@@ -4,62 +4,23 @@ import Glibc
 import XCTest
 import ACCrypto
 import ACSecureServices
+import ACSecureTestSupport
 @testable import ACSecureFileCore
-
-/// A deterministic generator (SplitMix64), so a failing sequence can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// A temporary directory with a fresh store, removed at the end of the test.
 final class TestEnvironment {
-    let directory: String
+    let temporary: TemporaryDirectory
     let services: SecureServices
+    var directory: String { temporary.path }
 
     init(appID: String = "com.example.tests", passcode: String? = nil) throws {
-        var template = Array("/tmp/acsecure-test-XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        directory = String(cString: p)
-        services = try SecureServices(appID: appID, storeDirectory: directory + "/store",
+        temporary = try TemporaryDirectory(prefix: "acsecure-test")
+        services = try SecureServices(appID: appID, storeDirectory: temporary.path("store"),
                                       passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) },
                                       argonCost: .minimum)
     }
 
-    func path(_ name: String) -> String { directory + "/" + name }
-
-    deinit {
-        _ = try? FileManagerless.removeTree(directory)
-    }
-}
-
-enum FileManagerless {
-    /// rm -rf without Foundation.
-    static func removeTree(_ path: String) throws {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return }
-        if st.st_mode & S_IFMT == S_IFDIR {
-            if let dir = opendir(path) {
-                var names: [String] = []
-                while let e = readdir(dir) {
-                    let name = withUnsafePointer(to: e.pointee.d_name) { String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)) }
-                    if name != "." && name != ".." { names.append(name) }
-                }
-                closedir(dir)
-                for n in names { try removeTree(path + "/" + n) }
-            }
-            rmdir(path)
-        } else {
-            unlink(path)
-        }
-    }
+    func path(_ name: String) -> String { temporary.path(name) }
 }
 
 func readWholeFile(_ path: String) -> [UInt8] {
@@ -107,10 +68,6 @@ extension SecureFile {
         let n = try buf.withUnsafeMutableBytes { try pread(into: $0, at: offset) }
         return Array(buf[0..<n])
     }
-}
-
-func randomBytes(_ n: Int, _ rng: inout SplitMix64) -> [UInt8] {
-    (0..<n).map { _ in UInt8.random(in: 0...255, using: &rng) }
 }
 
 /// The error code a throwing secure call produced, for assertions.

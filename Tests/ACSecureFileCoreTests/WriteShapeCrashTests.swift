@@ -21,7 +21,7 @@ final class WriteShapeCrashTests: XCTestCase {
 
     func runChild(_ args: [String]) throws -> (lines: [String], killed: Bool) {
         let (status, output) = try runCrashChild(args)
-        return (output.split(separator: "\n").map(String.init), status & 0x7f == SIGKILL)
+        return (output.split(separator: "\n").map(String.init), status.signal == SIGKILL)
     }
 
     func shapes() throws -> [Shape] {

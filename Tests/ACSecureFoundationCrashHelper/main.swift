@@ -8,24 +8,10 @@ import Foundation
 import ACSecureFoundation
 import ACSecureFileCore
 import ACSecureServices
+import ACSecureTestSupport
 
-/// The contents of version `k`: its number in the first 8 bytes, then pseudo-random bytes; the
-/// length varies with `k`. The test regenerates it to check a file is one whole version.
-func version(_ k: UInt64) -> Data {
-    let count = 150_000 + Int(k % 7) * 20_011
-    var out = Data(count: count)
-    var state = k &* 0x9E37_79B9_7F4A_7C15
-    out.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
-        for i in 0..<count {
-            if i < 8 { buffer[i] = UInt8(truncatingIfNeeded: k >> (8 * UInt64(i))); continue }
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            buffer[i] = UInt8(truncatingIfNeeded: z ^ (z >> 27))
-        }
-    }
-    return out
-}
+/// The contents of version `k` (shared with the test, which regenerates it to check a file is one whole version).
+func version(_ k: UInt64) -> Data { Data(writeLoopVersion(k)) }
 
 func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))

@@ -3,79 +3,31 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureFileCore
 import ACSecureFoundation
 
-/// Runs Tests/ACSecureFoundationCrashHelper, built next to the test bundle.
+/// Runs Tests/ACSecureFoundationCrashHelper, built next to the test bundle (standard error
+/// merged into standard output).
 enum CrashHelper {
-    struct Result { var output: String; var status: Int32; var reason: Process.TerminationReason }
+    struct Result { var output: String; var status: ExitStatus }
 
-    static var executable: URL {
-        get throws {
-            let bundleDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-                                      ?? CommandLine.arguments[0]).deletingLastPathComponent()
-            // The test binary is .build/<config>/X.xctest (a file on Linux); the helper sits beside it.
-            for candidate in [bundleDirectory, bundleDirectory.deletingLastPathComponent()] {
-                let url = candidate.appendingPathComponent("ACSecureFoundationCrashHelper")
-                if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-            }
-            throw NSError(domain: "CrashHelper", code: 1, userInfo: [NSLocalizedDescriptionKey:
-                "ACSecureFoundationCrashHelper not found next to \(bundleDirectory.path): run `swift build --build-tests` first"])
+    static func start(_ arguments: [String], home: String, appID: String) throws -> ChildProcess {
+        guard let executable = ChildProcess.builtExecutable("ACSecureFoundationCrashHelper") else {
+            throw TestSupportError("ACSecureFoundationCrashHelper is not built next to the tests: run `swift build --build-tests` first")
         }
-    }
-
-    static func start(_ arguments: [String], home: String, appID: String) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = try executable
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
+        var environment = ChildProcess.inheritedEnvironment
         environment["ACSECURE_HOME"] = home
         environment["ACSECURE_APP_ID"] = appID
         environment["ACSECURE_PASSCODE"] = nil
         environment["SWIFT_BACKTRACE"] = "enable=no"
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        return (process, pipe)
-    }
-
-    /// Reads the child's output until it says "ready" (or exits).
-    static func waitUntilReady(_ pipe: Pipe) -> String {
-        var output = Data()
-        while !String(decoding: output, as: UTF8.self).contains("ready") {
-            let chunk = pipe.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            output.append(chunk)
-        }
-        return String(decoding: output, as: UTF8.self)
+        return try ChildProcess.spawn(executable, arguments, environment: environment, standardError: .standardOutput)
     }
 
     static func run(_ arguments: [String], home: String, appID: String) throws -> Result {
-        let (process, pipe) = try start(arguments, home: home, appID: appID)
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(output: String(decoding: output, as: UTF8.self), status: process.terminationStatus,
-                      reason: process.terminationReason)
+        let output = try start(arguments, home: home, appID: appID).finish()
+        return Result(output: output.standardOutput, status: output.status)
     }
-}
-
-/// The contents of version `k` of the helper's write loop (same generator as the helper).
-func helperVersion(_ k: UInt64) -> Data {
-    let count = 150_000 + Int(k % 7) * 20_011
-    var out = Data(count: count)
-    var state = k &* 0x9E37_79B9_7F4A_7C15
-    out.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
-        for i in 0..<count {
-            if i < 8 { buffer[i] = UInt8(truncatingIfNeeded: k >> (8 * UInt64(i))); continue }
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            buffer[i] = UInt8(truncatingIfNeeded: z ^ (z >> 27))
-        }
-    }
-    return out
 }
 
 final class AtomicWriteCrashTests: SecureFoundationTestCase {
@@ -87,7 +39,7 @@ final class AtomicWriteCrashTests: SecureFoundationTestCase {
         do { data = try Data(contentsOfSecureFile: p) } catch { return .partial("unreadable: \((error as NSError).code)") }
         guard data.count >= 8 else { return .partial("\(data.count) bytes") }
         let k = data.prefix(8).enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
-        guard k > 0, k < 1_000_000, data == helperVersion(k) else { return .partial("\(data.count) bytes, not a whole version") }
+        guard k > 0, k < 1_000_000, data == Data(writeLoopVersion(k)) else { return .partial("\(data.count) bytes, not a whole version") }
         return .whole(k)
     }
 
@@ -97,18 +49,17 @@ final class AtomicWriteCrashTests: SecureFoundationTestCase {
         var outcomes: [Outcome] = []
         for round in 0..<rounds {
             let p = path("crash-\(atomic)-\(round)")
-            let (process, pipe) = try CrashHelper.start(["write-loop", p] + (atomic ? ["atomic"] : []),
-                                                       home: directory + "/store", appID: appID)
-            let said = CrashHelper.waitUntilReady(pipe)
-            guard said.contains("ready") else {
-                process.waitUntilExit()
-                XCTFail("helper did not start: \(said)")
+            let helper = try CrashHelper.start(["write-loop", p] + (atomic ? ["atomic"] : []),
+                                               home: directory + "/store", appID: appID)
+            let said = helper.readStandardOutput(untilLine: "ready")
+            guard said.hasSuffix("ready\n") else {
+                XCTFail("helper did not start (\(helper.finish().status)): \(said)")
                 return outcomes
             }
             usleep(UInt32.random(in: 0...40_000, using: &rng))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            XCTAssertEqual(process.terminationReason, .uncaughtSignal)
+            kill(helper.pid, SIGKILL)
+            let status = helper.finish().status
+            XCTAssertEqual(status.signal, SIGKILL, "\(status)")
             outcomes.append(outcome(p))
         }
         return outcomes

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureFileCore
 import ACSecureFoundation
 

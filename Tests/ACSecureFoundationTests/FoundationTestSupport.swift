@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
 import ACSecureFileCore
@@ -11,21 +12,20 @@ import ACSecureFileCore
 /// A temporary directory with a fresh store that is the process-wide secure services for the
 /// test (the Foundation layer and the C API use `SecureServices.current`).
 class SecureFoundationTestCase: XCTestCase {
-    var directory = ""
+    var temporary: TemporaryDirectory!
+    var directory: String { temporary.path }
     var services: SecureServices!
     let appID = "com.example.foundation-tests"
 
     override func setUpWithError() throws {
-        var template = Array("/tmp/acsecure-foundation-XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        directory = String(cString: p)
+        temporary = try TemporaryDirectory(prefix: "acsecure-foundation")
         services = try SecureServices(appID: appID, storeDirectory: directory + "/store", argonCost: .minimum)
         SecureServices.current = services
     }
 
     override func tearDownWithError() throws {
         if SecureServices.current === services { SecureServices.current = nil }
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     func path(_ name: String) -> String { directory + "/" + name }
@@ -51,19 +51,6 @@ class SecureFoundationTestCase: XCTestCase {
     }
 }
 
-/// SplitMix64, so a failing random sequence can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 func randomData(_ count: Int, _ rng: inout SplitMix64) -> Data {
-    Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    Data(randomBytes(count, &rng))
 }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureServices
 import ACSecureFoundation
 
@@ -10,14 +11,13 @@ import ACSecureFoundation
 /// environment, the Data and FileManager APIs fail with ACE_NO_KEYS_ERROR and say how to start
 /// services. They used to create a passcode-less store for app ID "default" instead.
 final class ServicesNotStartedTests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
     private var savedServices: SecureServices?
     private var savedEnvironment: [String: String?] = [:]
 
     override func setUpWithError() throws {
-        var template = Array("/tmp/acsecure-not-started-XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        directory = String(cString: p)
+        temporary = try TemporaryDirectory(prefix: "acsecure-not-started")
         savedServices = SecureServices.current
         SecureServices.current = nil
         for name in ["ACSECURE_HOME", "ACSECURE_APP_ID", "ACSECURE_PASSCODE", "ACSECURE_CREATE_STORE"] {
@@ -33,7 +33,7 @@ final class ServicesNotStartedTests: XCTestCase {
             if let value { setenv(name, value, 1) } else { unsetenv(name) }
         }
         SecureServices.current = savedServices
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     private func assertNoKeys(_ what: String, _ body: () throws -> Void, line: UInt = #line) {

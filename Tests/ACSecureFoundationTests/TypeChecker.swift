@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 
 /// Type-checks Swift snippets against the modules `swift build` produced, to test that misuse of
 /// the API does not compile. Needs `swiftc` (on PATH, or next to /opt/swift); without it the test
@@ -46,20 +47,15 @@ struct TypeChecker {
     }
 
     func errors(in snippet: String, imports: [String] = ["Foundation", "ACSecureFoundation"]) throws -> [String] {
-        let source = FileManager.default.temporaryDirectory.appendingPathComponent("acsecure-typecheck-\(getpid())-\(UUID().uuidString).swift")
-        try (imports.map { "import \($0)" }.joined(separator: "\n") + "\n" + snippet + "\n").write(to: source, atomically: true, encoding: .utf8)
-        defer { unlink(source.path) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: swiftc)
-        process.arguments = ["-typecheck", "-I", modules] + moduleMaps.flatMap { ["-Xcc", "-fmodule-map-file=\($0)"] } + [source.path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let temporary = try TemporaryDirectory(prefix: "acsecure-typecheck")
+        defer { temporary.remove() }
+        let source = temporary.path("snippet.swift")
+        try (imports.map { "import \($0)" }.joined(separator: "\n") + "\n" + snippet + "\n").write(toFile: source, atomically: true, encoding: .utf8)
+        let arguments = ["-typecheck", "-I", modules] + moduleMaps.flatMap { ["-Xcc", "-fmodule-map-file=\($0)"] } + [source]
+        let result = try ChildProcess.run(swiftc, arguments, environment: ChildProcess.inheritedEnvironment, standardError: .standardOutput)
+        let output = result.standardOutput
         let errors = output.split(separator: "\n").map(String.init).filter { $0.contains("error:") }
-        if process.terminationStatus != 0 && errors.isEmpty {
+        if !result.status.succeeded && errors.isEmpty {
             throw NSError(domain: "TypeChecker", code: 2, userInfo: [NSLocalizedDescriptionKey: "swiftc failed without an error line: \(output)"])
         }
         return errors

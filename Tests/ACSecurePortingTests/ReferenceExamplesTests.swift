@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureServices
 import ACSecureFoundation
 import ACSecureSharing
@@ -17,14 +18,13 @@ import ACSecureSharing
 // per test (`tmp`, and `etcGroup`, a copy of /etc/group).
 
 class PortingTestCase: XCTestCase {
-    var tmp = ""
+    var temporary: TemporaryDirectory!
+    var tmp: String { temporary.path }
     var etcGroup = ""
     var services: SecureServices!
 
     override func setUpWithError() throws {
-        var template = Array("/tmp/acsecure-porting-XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        tmp = String(cString: p)
+        temporary = try TemporaryDirectory(prefix: "acsecure-porting")
         // -startWithLaunchOptions: / -appConnectIsReady: → start the services and make them current.
         services = try SecureServices(appID: "com.example.porting", storeDirectory: tmp + "/store", argonCost: .minimum)
         SecureServices.current = services
@@ -35,7 +35,7 @@ class PortingTestCase: XCTestCase {
 
     override func tearDownWithError() throws {
         if SecureServices.current === services { SecureServices.current = nil }
-        try FileManager.default.removeItem(atPath: tmp)
+        temporary = nil
     }
 }
 

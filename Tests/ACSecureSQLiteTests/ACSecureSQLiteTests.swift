@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import CACSecureFile
 import CACSystemSQLite
 import CACSecureSQLite
@@ -11,18 +12,17 @@ import CACSecureSQLite
 /// disk holds neither SQLite's header nor the rows. (scripts/test.d/25-sqlite.sh tests it from C:
 /// several processes, SIGKILLed writers, the sqlite3 shell.)
 final class ACSecureSQLiteTests: XCTestCase {
-    private var directory = ""
+    private var temporary: TemporaryDirectory!
+    private var directory: String { temporary.path }
 
     override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("acsecure-sqlite-\(UUID().uuidString)").path
-        XCTAssertEqual(mkdir(directory, 0o700), 0)
+        temporary = try TemporaryDirectory(prefix: "acsecure-sqlite")
         XCTAssertEqual(ACSecureServicesStart("sqlite-tests", directory + "/store"), 0, String(cString: strerror(errno)))
         XCTAssertEqual(ACSecureSQLiteRegister(0), SQLITE_OK)
     }
 
     override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: directory)
+        temporary = nil
     }
 
     private func open(_ name: String, vfs: String?) throws -> OpaquePointer {

@@ -4,7 +4,7 @@ import Glibc
 import Foundation
 import XCTest
 import ACCrypto
-import ACSecureServices
+@testable import ACSecureServices
 
 final class AvailabilityNotificationTests: SecureServicesTestCase {
 
@@ -105,22 +105,25 @@ final class AvailabilityNotificationTests: SecureServicesTestCase {
 
         s.setAutoLock(seconds: 0.2)
         XCTAssertEqual(s.availability, .available)
-        XCTAssertTrue(waitUntil(timeout: 3) { s.availability == .unavailable }, "auto-lock did not fire")
-        // The timer thread flips availability first and notifies after the lock handlers: wait for it.
-        XCTAssertTrue(waitUntil(timeout: 3) { seen.values == [.unavailable] }, "\(seen.values)")
+        // The timer thread flips availability first and notifies after the lock handlers: wait for the notification.
+        XCTAssertEqual(seen.values(atLeast: 1), [.unavailable], "auto-lock did not fire")
+        XCTAssertEqual(s.availability, .unavailable)
         XCTAssertThrowsError(try s.derivedAppKey(identifier: "k"))
 
         // Re-armed after an unlock.
         try s.unlock(passcode: passcode("pw"))
         XCTAssertEqual(s.availability, .available)
-        XCTAssertTrue(waitUntil(timeout: 3) { s.availability == .unavailable }, "auto-lock not re-armed after unlock")
-        XCTAssertTrue(waitUntil(timeout: 3) { seen.values == [.unavailable, .available, .unavailable] }, "\(seen.values)")
+        XCTAssertEqual(seen.values(atLeast: 3), [.unavailable, .available, .unavailable], "auto-lock not re-armed after unlock")
+        XCTAssertEqual(s.availability, .unavailable)
     }
 
     func testActivityPostponesAutoLock() throws {
         let s = try makeServices()
+        let seen = Recorder<SecureServicesAvailability>()
+        s.addObserver { seen.append($0) }
         s.setAutoLock(seconds: 0.5)
         // Keep using keys for ~1.2 s (over two auto-lock periods): it must stay available throughout.
+        // (The pause between uses is the subject of the test, inactivity shorter than the period, not a synchronisation.)
         let end = Date().addingTimeInterval(1.2)
         while Date() < end {
             XCTAssertEqual(s.availability, .available)
@@ -128,14 +131,16 @@ final class AvailabilityNotificationTests: SecureServicesTestCase {
             usleep(20_000)
         }
         XCTAssertEqual(s.availability, .available)
-        XCTAssertTrue(waitUntil(timeout: 3) { s.availability == .unavailable }, "auto-lock did not fire once idle")
+        XCTAssertEqual(seen.values(atLeast: 1), [.unavailable], "auto-lock did not fire once idle")
     }
 
     func testAutoLockCanBeDisabled() throws {
         let s = try makeServices()
-        s.setAutoLock(seconds: 0.1)
+        s.setAutoLock(seconds: 600)  // long: the count alone decides, no timer fires during the test
+        XCTAssertEqual(s.armedAutoLockTimers, 1)
         s.setAutoLock(seconds: nil)
-        usleep(500_000)
+        // A cancelled timer never fires again: none armed means none can lock.
+        XCTAssertEqual(s.armedAutoLockTimers, 0, "disabling left an auto-lock timer armed")
         XCTAssertEqual(s.availability, .available)
     }
 }

@@ -4,16 +4,9 @@ import Glibc
 import Foundation
 import Synchronization
 import XCTest
+import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
-
-/// A fresh private directory under /tmp (mkdtemp), removed by the test case's teardown.
-func makeTemporaryDirectory() -> String {
-    var template = Array("/tmp/acss-tests-XXXXXX".utf8CString)
-    let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-    precondition(made != nil, "mkdtemp failed: errno \(errno)")
-    return String(cString: made!)
-}
 
 func passcode(_ s: String) -> SecureBytes { SecureBytes(copying: Array(s.utf8)) }
 
@@ -21,11 +14,25 @@ extension SecureBytes {
     var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
 }
 
-/// A thread-safe recorder for callbacks that run on other threads.
+/// A thread-safe recorder for callbacks that run on other threads; a test waits for a callback
+/// instead of sleeping.
 final class Recorder<Element: Sendable>: Sendable {
     private let items = Mutex<[Element]>([])
-    func append(_ e: Element) { items.withLock { $0.append(e) } }
+    private let appended = DispatchSemaphore(value: 0)
+
+    func append(_ e: Element) {
+        items.withLock { $0.append(e) }
+        appended.signal()
+    }
+
     var values: [Element] { items.withLock { $0 } }
+
+    /// The values once `count` were recorded, or what was recorded by the time `timeout` passed.
+    func values(atLeast count: Int, timeout: Double = 10) -> [Element] {
+        let deadline = DispatchTime.now() + timeout
+        while values.count < count && appended.wait(timeout: deadline) == .success {}
+        return values
+    }
 }
 
 func fileMode(_ path: String) -> mode_t? {
@@ -46,18 +53,19 @@ func writeBytes(_ path: String, _ bytes: [UInt8]) {
 
 /// Base class: a temporary root per test, and assertion helpers for `SecureServicesError` codes.
 class SecureServicesTestCase: XCTestCase {
-    var root = ""
+    var temporary: TemporaryDirectory!
+    var root: String { temporary.path }
     /// Where the store lives: a not-yet-existing subdirectory, so SecureServices creates it.
     var storeDirectory: String { root + "/store" }
     var seedPath: String { storeDirectory + "/seed" }
 
-    override func setUp() {
-        super.setUp()
-        root = makeTemporaryDirectory()
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        temporary = try TemporaryDirectory(prefix: "acss-tests")
     }
 
     override func tearDown() {
-        try? FileManager.default.removeItem(atPath: root)
+        temporary = nil
         super.tearDown()
     }
 
@@ -77,15 +85,5 @@ class SecureServicesTestCase: XCTestCase {
         } catch {
             XCTFail("expected SecureServicesError \(code), got \(error). \(message)", file: file, line: line)
         }
-    }
-
-    /// Waits (polling) until `condition` holds or `timeout` passes.
-    func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import ACSecureTestSupport
 import ACSecureFileCore
 import ACSecureServices
 import ACSecureFoundation

@@ -6,40 +6,15 @@ import XCTest
 import ACCrypto
 import ACSecureServices
 import ACSecureFileCore
-
-/// A deterministic generator (SplitMix64), so a failing sequence can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
-func randomBytes(_ n: Int, _ rng: inout SplitMix64) -> [UInt8] {
-    var out = [UInt8](repeating: 0, count: n)
-    var i = 0
-    while i < n {
-        var v = rng.next()
-        for _ in 0..<8 where i < n { out[i] = UInt8(truncatingIfNeeded: v); v >>= 8; i += 1 }
-    }
-    return out
-}
+import ACSecureTestSupport
 
 /// A temporary directory (removed at the end) with a store in `store/`.
 final class SharingEnvironment {
-    let directory: String
-    var storeDirectory: String { directory + "/store" }
+    let temporary: TemporaryDirectory
+    var directory: String { temporary.path }
+    var storeDirectory: String { temporary.path("store") }
 
-    init() throws {
-        var template = Array("/tmp/acsharing-test-XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        directory = String(cString: p)
-    }
+    init() throws { temporary = try TemporaryDirectory(prefix: "acsharing-test") }
 
     /// Services of `appID` on this environment's store (created on first use, no passcode).
     func services(_ appID: String = "com.example.provider", passcode: String? = nil) throws -> SecureServices {
@@ -47,9 +22,7 @@ final class SharingEnvironment {
                            passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) }, argonCost: .minimum)
     }
 
-    func path(_ name: String) -> String { directory + "/" + name }
-
-    deinit { try? FileManager.default.removeItem(atPath: directory) }
+    func path(_ name: String) -> String { temporary.path(name) }
 }
 
 func readPlain(_ path: String) -> [UInt8] {
@@ -90,45 +63,21 @@ func nsErrorOf(_ body: () throws -> Void) -> (String, Int)? {
     do { try body(); return nil } catch { let e = error as NSError; return (e.domain, e.code) }
 }
 
-/// The child process executable (built next to the test bundle by `swift build --build-tests`).
+/// The child process Tests/ACSecureSharingTestHost (built next to the test bundle by `swift build --build-tests`).
 enum TestHost {
-    static var path: String? {
-        var buf = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        guard n > 0 else { return nil }
-        var dir = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        while let slash = dir.lastIndex(of: "/"), slash != dir.startIndex {
-            dir = String(dir[..<slash])
-            let candidate = dir + "/ACSecureSharingTestHost"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        return nil
-    }
-
-    struct Result { var stdout: String; var stderr: String; var status: Int32 }
+    struct Result { var stdout: String; var stderr: String; var status: ExitStatus }
 
     /// Runs the host with `args` and a minimal environment (no ACSECURE_* variables unless given).
     static func run(_ args: [String], environment: [String: String] = [:]) throws -> Result {
-        guard let exe = path else {
+        guard let exe = ChildProcess.builtExecutable("ACSecureSharingTestHost") else {
             XCTFail("ACSecureSharingTestHost is not built next to the test bundle: run `swift build --build-tests` first")
             throw XCTSkip("no test host")
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
         var env = ["PATH": "/usr/bin:/bin", "SWIFT_BACKTRACE": "enable=no"]
         env["HOME"] = environment["HOME"] ?? "/nonexistent-acsharing-home"
         for (k, v) in environment { env[k] = v }
-        p.environment = env
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return Result(stdout: String(decoding: o, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines),
-                      stderr: String(decoding: e, as: UTF8.self), status: p.terminationStatus)
+        let r = try ChildProcess.run(exe, args, environment: env)
+        return Result(stdout: r.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines), stderr: r.standardError, status: r.status)
     }
 }
 

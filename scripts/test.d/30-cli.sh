@@ -342,20 +342,39 @@ ACSECURE_HOME="$work/unused" run 0 "demo --dir --keep" demo --dir "$work/demo" -
 expect "demo --keep kept the encrypted sample" test -s "$work/demo/sample.txt.acsf"
 
 # --- prompts on a terminal (script(1) gives acsecure a pseudo-terminal): passcodes are read
-# without echo. Input is sent after a pause because acsecure flushes typed-ahead input when it
-# turns echo off, as getpass does.
+# without echo. Each answer is typed once its prompt shows on the terminal: acsecure turns echo off
+# (flushing typed-ahead input, as getpass does) before it writes the prompt, so an answer typed
+# then is read, and one typed earlier would be lost.
+# tty_dialogue COMMAND PROMPT ANSWER [PROMPT ANSWER]... : the terminal's output in out, errors in err.
+tty_dialogue() {
+  local command="$1" seen="" char
+  shift
+  coproc TTY { exec timeout 120 script -qec "$bin $command" /dev/null 2>err; }
+  local from="${TTY[0]}" to="${TTY[1]}" pid="$TTY_PID"
+  while [ $# -ge 2 ]; do
+    until [[ "$seen" == *"$1" ]]; do
+      IFS= read -r -N 1 -t 30 char <&"$from" || { echo "tty_dialogue: no prompt '$1' within 30 s" >>err; break 2; }
+      seen+="$char"
+    done
+    printf '%s\n' "$2" >&"$to"
+    shift 2
+  done
+  exec {to}>&-
+  cat <&"$from" >out.rest
+  wait "$pid"
+  { printf '%s' "$seen"; cat out.rest; } >out
+  rm -f out.rest
+}
 if command -v script >/dev/null 2>&1; then
   tty_home="$work/tty-store"
-  (sleep 2; printf '%s\n' "$PASS1"; sleep 1; printf '%s\n' "$PASS1"; sleep 1) |
-    ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= script -qec "$bin init" /dev/null >out 2>err
+  ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= tty_dialogue init "New passcode (empty for none): " "$PASS1" "Repeat the new passcode: " "$PASS1"
   expect "init asks for the passcode on the terminal" grep -q "Repeat the new passcode" out
   expect "init created a passcode store" grep -q "passcode: set" out
   clean_output "init on a terminal (no echo)"
-  (sleep 2; printf '%s\n' "$PASS1"; sleep 1) |
-    ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= script -qec "$bin unlock" /dev/null >out 2>err
+  ACSECURE_HOME="$tty_home" ACSECURE_PASSCODE= tty_dialogue unlock "Passcode for the store $tty_home: " "$PASS1"
   expect "unlock on a terminal accepts the passcode" grep -q "passcode OK" out
   clean_output "unlock on a terminal (no echo)"
-  (sleep 2; printf 'no\n'; sleep 1) | ACSECURE_HOME="$tty_home" script -qec "$bin retire" /dev/null >out 2>err
+  ACSECURE_HOME="$tty_home" tty_dialogue retire "Type 'retire' to confirm: " no
   expect "retire on a terminal without 'retire' typed keeps the store" test -e "$tty_home/seed"
 else
   echo "  skip  terminal prompts (no script(1))"
