@@ -21,7 +21,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
         let raw = readWholeFile(path)
         let header = try FileHeader.parse(Array(raw[0..<FileLayout.headerSize])).get()
         let kek = try env.services.keyEncryptionKey(for: .app)
-        let dataKey = try XCTUnwrap(header.unwrap(with: kek), "the app KEK opens the file")
+        let dataKey = try XCTUnwrap(try header.unwrap(with: kek), "the app KEK opens the file")
         return (path, header, dataKey, kek)
     }
 
@@ -62,7 +62,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
             var (path, header, dataKey, kek) = try makeFile(env, "flags-\(flags)")
             header.flags = flags
             try header.wrap(dataKey: dataKey, under: kek)
-            XCTAssertNotNil(header.unwrap(with: kek), "the forged header's wrap authenticates")
+            XCTAssertNotNil(try header.unwrap(with: kek), "the forged header's wrap authenticates")
             replaceHeader(path, with: header.encoded())
             assertRejected(path, "flags", env)
         }

@@ -29,7 +29,7 @@ final class TestEnvironment {
         guard let p = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
         directory = String(cString: p)
         services = try SecureServices(appID: appID, storeDirectory: directory + "/store",
-                                      passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) },
+                                      passcode: passcode.map { try SecureBytes(copying: Array($0.utf8)) },
                                       argonCost: .minimum)
     }
 

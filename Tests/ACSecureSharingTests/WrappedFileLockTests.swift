@@ -22,7 +22,7 @@ final class WrappedFileLockTests: XCTestCase {
             XCTAssertEqual(e.domain, "ACErrorDomain")
             XCTAssertEqual(e.code, 1, "ACErrorNoKeys")
         }
-        try services.unlock(passcode: SecureBytes(copying: Array("1234".utf8)))
+        try services.unlock(passcode: try SecureBytes(copying: Array("1234".utf8)))
         XCTAssertEqual(try handle.readData(ofLength: 100), Data(repeating: 0x61, count: 100))
         try handle.close()
     }
