@@ -119,7 +119,13 @@ extension AESGCMContext {
     /// Seals a small secret (a key) with a fresh random nonce.
     /// - Returns: nonce ‖ ciphertext ‖ tag.
     public func sealWithRandomNonce(_ secret: SecureBytes, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
-        let n = secret.count
+        try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try sealWithRandomNonce(s, aad: aad) }
+    }
+
+    /// Seals `secret` (in guarded memory the caller owns) with a fresh random nonce.
+    /// - Returns: nonce ‖ ciphertext ‖ tag.
+    public func sealWithRandomNonce(_ s: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
+        let n = s.count
         let total = Self.nonceSize + n + Self.tagSize
         let o = UnsafeMutableRawBufferPointer.allocate(byteCount: total, alignment: 16)
         defer { o.deallocate() }
@@ -127,18 +133,17 @@ extension AESGCMContext {
         let a = UnsafeMutableRawBufferPointer.allocate(byteCount: max(aad.count, 1), alignment: 1)
         defer { a.deallocate() }
         if !aad.isEmpty { a.copyBytes(from: aad) }
-        let s = secret.withUnsafeBytes { $0 }  // guarded memory lives as long as `secret`
         try seal(nonce: o.baseAddress!, aad: UnsafeRawBufferPointer(rebasing: a[0..<aad.count]), plaintext: s,
                  ciphertext: o.baseAddress! + Self.nonceSize, tag: o.baseAddress! + Self.nonceSize + n)
-        withExtendedLifetime(secret) {}
         return Array(UnsafeRawBufferPointer(o))
     }
 
     /// Opens what `sealWithRandomNonce` produced. Returns nil when it does not authenticate.
-    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) -> SecureBytes? {
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left for the secret.
+    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
         guard sealed.count >= Self.nonceSize + Self.tagSize, let base = sealed.baseAddress else { return nil }
         let n = sealed.count - Self.nonceSize - Self.tagSize
-        let out = SecureBytes(count: n)
+        let out = try SecureBytes(count: n)
         let ok = aad.withUnsafeBytes { a in
             out.withUnsafeMutableBytes { o in
                 open(nonce: base, aad: a,
@@ -151,14 +156,28 @@ extension AESGCMContext {
     }
 }
 
+extension AESGCMContext {
+    /// `openSealed` of an array.
+    public func openSealed(_ sealed: [UInt8], aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
+        let opened: Result<SecureBytes?, CryptoError> = sealed.withUnsafeBytes { s in
+            do throws(CryptoError) { return .success(try openSealed(s, aad: aad)) } catch { return .failure(error) }
+        }
+        return try opened.get()
+    }
+}
+
 public enum CryptoError: Error, Equatable, CustomStringConvertible {
     case invalidKeySize
     case openSSL(String)
     case sodium(String)
     case invalidArgument(String)
+    /// No guarded memory left for a buffer of this many bytes (`sodium_malloc` failed: out of
+    /// mappings or address space), or not enough memory for Argon2id.
+    case outOfMemory(Int)
 
     public var description: String {
         switch self {
+        case .outOfMemory(let n): return "out of guarded memory (\(n) bytes)"
         case .invalidKeySize: return "invalid key size"
         case .openSSL(let call): return "OpenSSL \(call) failed: \(CryptoError.lastOpenSSLError())"
         case .sodium(let call): return "libsodium \(call) failed"

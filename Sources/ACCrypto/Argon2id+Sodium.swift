@@ -26,7 +26,7 @@ public enum Argon2id {
     public static func deriveKey(passcode: SecureBytes, salt: [UInt8], cost: Cost, outputCount: Int = 32) throws(CryptoError) -> SecureBytes {
         guard salt.count == saltSize else { throw CryptoError.invalidArgument("Argon2id salt length") }
         Sodium.ensureInitialized()
-        let out = SecureBytes(count: outputCount)
+        let out = try SecureBytes(count: outputCount)
         let rc = passcode.withUnsafeBytes { p in
             out.withUnsafeMutableBytes { o in
                 salt.withUnsafeBufferPointer { s in
@@ -37,7 +37,8 @@ public enum Argon2id {
                 }
             }
         }
-        guard rc == 0 else { throw CryptoError.sodium("crypto_pwhash (out of memory?)") }
+        // crypto_pwhash fails only when it cannot allocate its memLimit bytes.
+        guard rc == 0 else { throw CryptoError.outOfMemory(cost.memLimit) }
         return out
     }
 }

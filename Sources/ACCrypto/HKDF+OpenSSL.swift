@@ -10,7 +10,7 @@ public enum HKDF {
         guard let ctx = EVP_KDF_CTX_new(kdf) else { throw CryptoError.openSSL("EVP_KDF_CTX_new") }
         defer { EVP_KDF_CTX_free(ctx) }
 
-        let out = SecureBytes(count: outputCount)
+        let out = try SecureBytes(count: outputCount)
         var salt = salt, info = info
         if salt.isEmpty { salt = [0] ; salt.removeAll(keepingCapacity: true) }
         let ok: Bool = key.withUnsafeBytes { k in

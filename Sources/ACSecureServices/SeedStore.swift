@@ -83,18 +83,22 @@ struct SeedStore {
         switch sealed.protection {
         case .none:
             if requireProtected { throw unprotectedSeedRefused() }
-            return sealed.payload.withUnsafeBytes { SecureBytes(copying: $0) }
+            do throws(CryptoError) { return try SecureBytes(copying: sealed.payload) } catch {
+                throw .crypto(error, "\(seedPath): cannot hold the seed")
+            }
         case .passcode:
             guard let passcode else { throw SecureServicesError(.wrongPasscode, "a passcode is required to unlock secure services") }
             do {
                 let kek = try Argon2id.deriveKey(passcode: passcode, salt: sealed.salt, cost: sealed.cost)
                 let ctx = try AESGCMContext(key: kek)
-                guard let seed = sealed.payload.withUnsafeBytes({ ctx.openSealed($0, aad: sealed.aad) }), seed.count == Self.seedSize else {
+                guard let seed = try ctx.openSealed(sealed.payload, aad: sealed.aad), seed.count == Self.seedSize else {
                     throw SecureServicesError(.wrongPasscode, "wrong passcode")
                 }
                 return seed
             } catch let e as SecureServicesError {
                 throw e
+            } catch let e as CryptoError {
+                throw .crypto(e, "cannot derive the passcode key")
             } catch {
                 throw SecureServicesError(.storeIO, "cannot derive the passcode key: \(error)")
             }

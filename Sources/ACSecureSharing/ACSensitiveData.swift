@@ -14,6 +14,10 @@ import ACCrypto
 ///   use `withUnsafeBytes` instead.
 /// - With `AC_SENSITIVE_DATA_MAX_LIFETIME` set, objects that live too long are reported
 ///   (see `ACSensitiveDataLifetimeCheck`).
+/// - Its initializers are `NSData`'s, which cannot fail: when no guarded memory is left they stop the
+///   program with a message naming the class (as `NSData` does when `malloc` fails). To fail instead,
+///   make the `SecureBytes` first (`SecureBytes(copying:)` throws `CryptoError.outOfMemory`) and
+///   pass it to `init(adopting:)`.
 open class ACSensitiveData: NSData {
     /// Guarded storage; `storedLength` bytes of it are the contents (a mutable object keeps spare capacity).
     var storage: SecureBytes
@@ -21,7 +25,7 @@ open class ACSensitiveData: NSData {
 
     /// An empty object.
     public override init() {
-        storage = SecureBytes(count: 0)
+        storage = guardedBuffer(count: 0)
         storedLength = 0
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -31,7 +35,7 @@ open class ACSensitiveData: NSData {
     public override init(bytes: UnsafeRawPointer?, length: Int) {
         precondition(length >= 0, "negative length")
         precondition(bytes != nil || length == 0, "nil bytes with a non-zero length")
-        storage = SecureBytes(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+        storage = guardedCopy(UnsafeRawBufferPointer(start: bytes, count: length))
         storedLength = length
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -50,7 +54,7 @@ open class ACSensitiveData: NSData {
     /// A guarded copy of `data` (the caller's `Data` is ordinary memory: prefer the pointer forms).
     public override convenience init(data: Data) {
         self.init(bytes: nil, length: 0)
-        let copy = data.withUnsafeBytes { SecureBytes(copying: $0) }
+        let copy = data.withUnsafeBytes { guardedCopy($0) }
         storage = copy
         storedLength = copy.count
     }
@@ -86,8 +90,9 @@ open class ACSensitiveData: NSData {
     }
 
     /// The contents as a new `SecureBytes` (guarded).
-    public func secureBytes() -> SecureBytes {
-        withUnsafeBytes { SecureBytes(copying: $0) }
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
+    public func secureBytes() throws(CryptoError) -> SecureBytes {
+        try withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(CryptoError) in try SecureBytes(copying: b) }
     }
 
     // MARK: no leaks through NSObject
@@ -134,7 +139,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
     /// An empty object with room for `capacity` bytes.
     public init(capacity: Int) {
         precondition(capacity >= 0, "negative capacity")
-        super.init(adopting: SecureBytes(count: capacity))
+        super.init(adopting: guardedBuffer(count: capacity))
         storedLength = 0
     }
 
@@ -204,7 +209,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
 
     private func grow(to needed: Int) {
         let capacity = Swift.max(needed, storage.count * 2, 32)
-        let bigger = SecureBytes(count: capacity)
+        let bigger = guardedBuffer(count: capacity)
         storage.withUnsafeBytes { old in
             bigger.withUnsafeMutableBytes { new in
                 if storedLength > 0 { new.baseAddress!.copyMemory(from: old.baseAddress!, byteCount: storedLength) }
@@ -212,4 +217,17 @@ open class ACSensitiveMutableData: ACSensitiveData {
         }
         storage = bigger  // the old buffer is zeroed and freed
     }
+}
+
+/// Guarded memory for `NSData`-shaped initializers and mutators, which cannot fail.
+private func guardedBuffer(count: Int) -> SecureBytes {
+    do { return try SecureBytes(count: count) } catch {
+        fatalError("ACSensitiveData: \(error); make the SecureBytes yourself (it throws) and use ACSensitiveData(adopting:)")
+    }
+}
+
+private func guardedCopy(_ bytes: UnsafeRawBufferPointer) -> SecureBytes {
+    let b = guardedBuffer(count: bytes.count)
+    b.withUnsafeMutableBytes { if let src = bytes.baseAddress, bytes.count > 0 { $0.baseAddress!.copyMemory(from: src, byteCount: bytes.count) } }
+    return b
 }

@@ -20,9 +20,11 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     private static func withContext<R>(_ body: (AESGCMContext) -> R) -> R {
         processKey.withLock { ctx in
             if ctx == nil {
-                // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown.
-                guard let c = try? AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) else {
-                    fatalError("AES-GCM context setup failed")
+                // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown
+                // or no guarded memory left (this NSObject-shaped API cannot fail: see ACSensitiveData).
+                let c: AESGCMContext
+                do { c = try AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) } catch {
+                    fatalError("ACSensitiveDataContainer: AES-GCM context setup failed: \(error)")
                 }
                 ctx = c
             }
@@ -34,11 +36,12 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     public init(data: ACSensitiveData) {
         id = SecureRandom.bytes(16)
         length = data.length
-        let secret = data.secureBytes()
         let id = self.id
         sealed = Self.withContext { ctx in
-            guard let s = try? ctx.sealWithRandomNonce(secret, aad: id) else { fatalError("AES-GCM seal failed") }
-            return s
+            // Seals straight from the object's guarded storage: no second guarded copy is needed.
+            do { return try data.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(CryptoError) in try ctx.sealWithRandomNonce(b, aad: id) } } catch {
+                fatalError("ACSensitiveDataContainer: AES-GCM seal failed: \(error)")
+            }
         }
         super.init()
     }
@@ -51,8 +54,16 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     /// A new `ACSensitiveData` with the contents.
     public var data: ACSensitiveData {
         let id = self.id
-        let opened = Self.withContext { ctx in sealed.withUnsafeBytes { ctx.openSealed($0, aad: id) } }
-        // The sealed bytes are private to this object and the key never changes: failure is memory corruption.
+        let result: Result<SecureBytes?, CryptoError> = Self.withContext { ctx in
+            do throws(CryptoError) { return .success(try ctx.openSealed(sealed, aad: id)) } catch { return .failure(error) }
+        }
+        // The sealed bytes are private to this object and the key never changes: failure is memory corruption
+        // (or no guarded memory left: this property cannot fail, see ACSensitiveData).
+        let opened: SecureBytes?
+        switch result {
+        case .success(let o): opened = o
+        case .failure(let e): fatalError("ACSensitiveDataContainer.data: \(e)")
+        }
         guard let opened else { fatalError("ACSensitiveDataContainer: sealed contents do not authenticate") }
         return ACSensitiveData(adopting: opened)
     }
