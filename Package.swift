@@ -5,7 +5,7 @@ let package = Package(
     name: "ACSecureFile",
     products: [
         // Swift API: the engine, secure services and the Foundation layer.
-        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
+        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
         // The POSIX-style C API (CACSecureFile's headers) with the engine inside: libACSecureFile.so.
         .library(name: "ACSecureFile", type: .dynamic, targets: ["CACSecureFile", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
@@ -20,14 +20,17 @@ let package = Package(
         .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CACSystemSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
+        // Every file-system call of every module: EINTR and short-transfer retries, and (debug builds
+        // only, ACSECURE_SYSCALL_MOCKING) per-thread fault injection and an in-memory backend.
+        .target(name: "ACSystemCalls"),
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
         // The store, the seed, lock/unlock/retire, key derivation and process hardening.
-        .target(name: "ACSecureServices", dependencies: ["ACCrypto", "CACSecureLinux"]),
+        .target(name: "ACSecureServices", dependencies: ["ACSystemCalls", "ACCrypto", "CACSecureLinux"]),
         // prctl for ProcessHardening (Swift cannot call C varargs).
         .target(name: "CACSecureLinux"),
         // The chunked file format and the POSIX-semantics engine.
-        .target(name: "ACSecureFileCore", dependencies: ["ACCrypto", "ACSecureServices"]),
+        .target(name: "ACSecureFileCore", dependencies: ["ACSystemCalls", "ACCrypto", "ACSecureServices"]),
 
         // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
         .target(name: "ACSecureFoundation", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
@@ -62,7 +65,7 @@ let package = Package(
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
-        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
@@ -72,3 +75,10 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// System-call mocking (fault injection, the in-memory file system) exists in debug builds only: a
+// release build of the library has no hook on its system calls. The fuzzers' release build turns it on
+// with -Xswiftc -DACSECURE_SYSCALL_MOCKING (scripts/test.d/40-fuzz-smoke.sh).
+for target in package.targets where target.type != .system && !target.name.hasPrefix("CAC") {  // Swift targets
+    target.swiftSettings = (target.swiftSettings ?? []) + [.define("ACSECURE_SYSCALL_MOCKING", .when(configuration: .debug))]
+}

@@ -4,6 +4,7 @@ import Glibc
 import XCTest
 import Synchronization
 import ACSecureServices
+import ACSystemCalls
 @testable import ACSecureFileCore
 
 /// Fails (or shortens) the n-th call of one kind of system call, counting every call the engine makes.
