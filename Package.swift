@@ -55,7 +55,7 @@ let package = Package(
 
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
         .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile"]),
-        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSystemCalls"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
