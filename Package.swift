@@ -33,23 +33,23 @@ let package = Package(
         .target(name: "ACSecureFileCore", dependencies: ["ACSystemCalls", "ACCrypto", "ACSecureServices"]),
 
         // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
-        .target(name: "ACSecureFoundation", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .target(name: "ACSecureFoundation", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // Extension wrapped files and crypto blocks on the engine alone (no Foundation): what the C API needs.
-        .target(name: "ACSecureSharingCore", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .target(name: "ACSecureSharingCore", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying (NSError/Data face).
-        .target(name: "ACSecureSharing", dependencies: ["ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
+        .target(name: "ACSecureSharing", dependencies: ["ACSystemCalls", "ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
 
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
         .target(name: "CACSecureFile"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
-        .target(name: "ACSecureFileCAPI", dependencies: ["CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
+        .target(name: "ACSecureFileCAPI", dependencies: ["ACSystemCalls", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
 
         // The SQLite VFS "acsecure": SQLite's files through the C API (also built as a loadable extension).
         .target(name: "CACSecureSQLite", dependencies: ["CACSystemSQLite", "CACSecureFile", "ACSecureFileCAPI"]),
 
         .executableTarget(name: "acsecure", dependencies: [
-            "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
+            "ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
