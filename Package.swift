@@ -62,7 +62,7 @@ let package = Package(
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
         .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices"]),
-        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSystemCalls", "ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness"]),

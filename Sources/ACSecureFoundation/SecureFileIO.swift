@@ -181,7 +181,12 @@ enum SecureFileIO {
                                    message: e.message.replacing(replacement.temporaryPath, with: path))
         }
         try replacement.run(replacing: replacing, write: { temporary in
-            let file = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: mode ?? 0o666, key: key)
+            let file: SecureFile
+            do {
+                file = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: mode ?? 0o666, key: key)
+            } catch {
+                throw naming(error)
+            }
             do {
                 try fill(file)
                 if let mode, case .failure(let e) = Sys.fchmod(file.fileDescriptor, mode) { throw SecureFileError.posix(e.rawValue, "\(path): fchmod") }

@@ -193,7 +193,7 @@ struct SeedStore {
         for (i, part) in parts.enumerated() {
             path += "/" + part
             if case .failure(let e) = Sys.mkdir(path, i == parts.count - 1 ? 0o700 : 0o755), e.rawValue != EEXIST {
-                throw SecureServicesError(.storeIO, "cannot create \(path): \(e.text)", errno: e.rawValue)
+                throw SecureServicesError(.storeIO, "cannot create \(path) (for the store \(directory)): \(e.text)", errno: e.rawValue)
             }
         }
         var st: stat

@@ -57,7 +57,16 @@ package enum WrappedFiles {
         let provider = FixedKeyProvider(kek: block.kek)
         let replacement = AtomicReplacement(destination: toPath)
         try replacement.run(write: { (temporary) throws(SecureFileError) in
-            let out = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: 0o600, services: provider)
+            func naming(_ error: SecureFileError) -> SecureFileError {
+                SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
+                                message: error.message.replacing(temporary, with: toPath))
+            }
+            let out: SecureFile
+            do throws(SecureFileError) {
+                out = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: 0o600, services: provider)
+            } catch {
+                throw naming(error)
+            }
             do throws(SecureFileError) {
                 let record = WrappedFileLayout.record(name: name)
                 _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
@@ -76,10 +85,9 @@ package enum WrappedFiles {
                 }
             } catch {
                 try? out.close()  // the first error is the one reported; the file is removed
-                throw SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
-                                      message: error.message.replacing(temporary, with: toPath))
+                throw naming(error)
             }
-            try out.close()
+            do throws(SecureFileError) { try out.close() } catch { throw naming(error) }
         }, failure: { SecureFileError.posix($0.errno.rawValue, "\($0.destination): \($0.step)") })
     }
 

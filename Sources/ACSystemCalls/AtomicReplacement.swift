@@ -74,7 +74,7 @@ package struct AtomicReplacement: Sendable {
         }
         // fsync through a new descriptor flushes the file's data as well: the writer closed its own.
         switch Sys.open(temporaryPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) {
-        case .failure(let e): return fail("open \(temporaryPath) to fsync it", e)
+        case .failure(let e): return fail("fsync (reopening the written file)", e)
         case .success(let fd):
             let synced = Sys.fsync(fd)
             _ = Sys.close(fd)

@@ -16,9 +16,10 @@ public enum SystemCallFault: Sendable, Equatable {
     case short(Int)
 }
 
-/// A test's control over the system calls of the thread that installs it: asked before every
-/// attempt of every call `Sys` makes on that thread, in every module. Other threads are untouched,
-/// so tests running in parallel do not see each other's faults.
+/// A test's control over the system calls of the thread that installs it (`current`, `with`) or of
+/// a task and its child tasks (`with(_:_:) async`, for async code that may resume on any thread):
+/// asked before every attempt of every call `Sys` makes there, in every module. Other threads are
+/// untouched, so tests running in parallel do not see each other's faults.
 public final class SystemCallDriver: @unchecked Sendable {
     public typealias Decide = (SystemCall, _ count: Int, _ offset: Int64) -> SystemCallFault?
 
@@ -35,9 +36,9 @@ public final class SystemCallDriver: @unchecked Sendable {
         return decide(call, count, offset)
     }
 
-    /// The calling thread's driver (nil: none).
+    /// The calling thread's driver, else the current task's (nil: none).
     public static var current: SystemCallDriver? {
-        get { pthread_getspecific(key).map { Unmanaged<SystemCallDriver>.fromOpaque($0).takeUnretainedValue() } }
+        get { pthread_getspecific(key).map { Unmanaged<SystemCallDriver>.fromOpaque($0).takeUnretainedValue() } ?? taskDriver }
         set {
             if let old = pthread_getspecific(key) { Unmanaged<SystemCallDriver>.fromOpaque(old).release() }
             pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
@@ -51,6 +52,14 @@ public final class SystemCallDriver: @unchecked Sendable {
         defer { current = previous }
         return try body()
     }
+
+    /// Runs `body` with `driver` installed for the current task and its child tasks, on whatever
+    /// threads they run.
+    public static func with<R>(_ driver: SystemCallDriver, _ body: () async throws -> R) async rethrows -> R {
+        try await $taskDriver.withValue(driver) { try await body() }
+    }
+
+    @TaskLocal private static var taskDriver: SystemCallDriver?
 
     private static let key: pthread_key_t = {
         var key = pthread_key_t()

@@ -43,10 +43,13 @@ package enum Sys {
         #if ACSECURE_SYSCALL_MOCKING
         if let b = installedBackend {
             let closed = b.close(fd)
-            if case .fail(let e)? = injectedFault(.close) { return .failure(Errno(e)) }
+            if case .fail(let e)? = injectedFault(.close), e != EINTR { return .failure(Errno(e)) }
             return closed
         }
-        if case .fail(let e)? = injectedFault(.close) { _ = Glibc.close(fd); return .failure(Errno(e)) }
+        if case .fail(let e)? = injectedFault(.close) {
+            let closed = Glibc.close(fd)
+            return e == EINTR ? (closed == 0 ? .success(()) : .failure(Errno(errno))) : .failure(Errno(e))
+        }
         #endif
         return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
     }
