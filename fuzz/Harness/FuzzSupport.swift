@@ -67,6 +67,15 @@ enum FuzzFileSystem {
         defer { SecureFileTesting.useMemoryFileSystem(previous) }
         return body(shared)
     }
+
+    /// Runs `body` on the kernel's file system: the store (a real directory, which the in-memory file
+    /// system does not model) is read through the same system-call layer as the files.
+    static func onRealFiles<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        let memory = SecureFileTesting.memoryFileSystem
+        SecureFileTesting.useMemoryFileSystem(nil)
+        defer { SecureFileTesting.useMemoryFileSystem(memory) }
+        return try body()
+    }
 }
 
 /// Reads fuzz input bytes front to back; past the end every read is 0.
