@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// The process-wide table of files open through the engine, by device and inode (and key
 /// provider, so two stores in one process never share keys).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// What a secure file's header says, readable without any key.
 public struct SecureFileInfo: Sendable, Equatable {
@@ -39,7 +40,11 @@ extension SecureFileSystem {
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         defer { _ = Sys.close(fd) }
-        guard case .success(let st) = Sys.fstat(fd) else { throw .posix(errno, path) }
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
         guard st.st_mode & S_IFMT == S_IFREG else {
             throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                   message: "\(path): not a regular file")

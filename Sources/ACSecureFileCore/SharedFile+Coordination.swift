@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// Coordinated mode (`Sharing.processes`): other processes may write the file at the same time.
 /// Each operation holds an open-file-description record lock on the whole file (shared for reads,

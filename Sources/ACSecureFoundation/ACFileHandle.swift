@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 /// A handle on a secure (encrypted) regular file: the reference's `ACFileHandle` (table 22), with
@@ -63,8 +64,12 @@ public final class ACFileHandle: @unchecked Sendable {
         // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
         // as the reference's examples do) as a new secure file: it opens it as creating (the file
         // exists, so nothing new is created). The engine refuses other opens of a 0-byte file.
-        var st = stat()
-        let adoptEmpty = flags & O_ACCMODE != O_RDONLY && lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
+        let adoptEmpty: Bool
+        if flags & O_ACCMODE != O_RDONLY, case .success(let st) = Sys.lstat(path) {
+            adoptEmpty = st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
+        } else {
+            adoptEmpty = false
+        }
         let openFlags = flags | O_CLOEXEC | (adoptEmpty ? O_CREAT : 0)
         return try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
     }

@@ -45,23 +45,3 @@ package enum WrappedFileLayout {
         magic + [version, 0, UInt8(name.count >> 8), UInt8(name.count & 0xff)] + name
     }
 }
-
-/// Helpers for writing a file next to another and replacing it (wrapping, data key rotation).
-package enum SiblingFiles {
-    /// `<dir>/.<name>.<purpose>-<random>`: a fresh name next to `path`, on the same file system.
-    package static func temporarySibling(of path: String, purpose: String) throws(SecureFileError) -> String {
-        let slash = path.lastIndex(of: "/")
-        let directory = slash.map { String(path[..<$0]) } ?? "."
-        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-        guard !name.isEmpty else { throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(path): names a directory") }
-        let random = SecureRandom.bytes(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-        return (directory.isEmpty ? "" : directory) + "/." + name + "." + purpose + "-" + random
-    }
-
-    /// Makes a rename in `path`'s directory durable (best effort: some file systems refuse to fsync a directory).
-    package static func syncDirectory(of path: String) {
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let fd = Glibc.open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { _ = fsync(fd); close(fd) }
-    }
-}
