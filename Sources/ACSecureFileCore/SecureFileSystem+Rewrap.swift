@@ -49,13 +49,11 @@ extension SecureFileSystem {
             throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                   message: "\(path): not a regular file")
         }
-        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        let got = bytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
-        guard case .success(let n) = got, n == bytes.count else { throw .ace(.badKeyOrCorruptData, "\(path): not a secure file (too short)") }
         let header: FileHeader
-        switch FileHeader.parse(bytes) {
+        switch FileHeader.read(from: fd) {
         case .success(let h): header = h
-        case .failure(let why): throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
+        case .failure(.io(let e)): throw .posix(e, "\(path): read")
+        case .failure(.invalid(let why)): throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
         }
         guard let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
             throw .ace(.badKeyOrCorruptData, "\(path): length \(st.st_size) is not a valid secure file length (torn or truncated)")

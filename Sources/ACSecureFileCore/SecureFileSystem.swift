@@ -31,9 +31,7 @@ public enum SecureFileSystem {
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         defer { _ = Sys.close(fd) }
-        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        let got = bytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
-        guard case .success(let n) = got, n == bytes.count, case .success(let header) = FileHeader.parse(bytes),
+        guard case .success(let header) = FileHeader.read(from: fd),
               let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
             throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
         }

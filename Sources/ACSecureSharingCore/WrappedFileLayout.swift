@@ -25,8 +25,6 @@ package enum WrappedFileLayout {
     package static let version: UInt8 = 1
     package static let recordHeaderSize = 8
     package static let maximumNameLength = 1024
-    /// `KeyEncryptionKey.KeyClass.cryptoBlock`, at byte 9 of the secure file header.
-    package static let keyClassOffset = 9
 
     package static func validateName(_ name: String) throws(SecureFileError) -> [UInt8] {
         let bytes = Array(name.utf8)

@@ -179,17 +179,15 @@ package enum WrappedFiles {
             throw .secureFile(SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                               message: "\(path): not a regular file"))
         }
-        var head = [UInt8](repeating: 0, count: 16)
-        let got: Int
-        switch head.withUnsafeMutableBytes({ Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }) {
-        case .success(let n): got = n
-        case .failure(let e): throw .secureFile(.posix(e.rawValue, "\(path): read"))
+        let header: FileHeader
+        switch FileHeader.read(from: fd) {
+        case .success(let h): header = h
+        case .failure(.io(let e)): throw .secureFile(.posix(e, "\(path): read"))
+        case .failure(.invalid(let why)):
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (\(why))")
         }
-        guard got == head.count, Array(head[0..<4]) == Array("ACSF".utf8) else {
-            throw .unknownWrapperFormat("\(path): not an extension wrapped file (no secure file header)")
-        }
-        guard head[WrappedFileLayout.keyClassOffset] == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
-            throw .unknownWrapperFormat("\(path): not an extension wrapped file (a secure file of key class \(head[WrappedFileLayout.keyClassOffset]), not a wrapped file)")
+        guard header.keyClass == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (a secure file of key class \(header.keyClass), not a wrapped file)")
         }
     }
 
