@@ -436,16 +436,7 @@ public final class ACFileHandle: @unchecked Sendable {
                 return Data()
             }
             var data = Data(count: wanted)
-            let got = try data.withUnsafeMutableBytes { buffer throws -> Int in
-                var done = 0
-                while done < wanted {
-                    let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<min(wanted, done + SecureFileIO.ioChunk)])
-                    let n = try file.pread(into: slice, at: start + Int64(done))
-                    if n == 0 { break }
-                    done += n
-                }
-                return done
-            }
+            let got = try data.withUnsafeMutableBytes { buffer throws -> Int in try file.preadFully(into: buffer, at: start) }
             if got < wanted { data.count = got }
             position += UInt64(got)
             return data

@@ -121,8 +121,8 @@ extension FileManager {
         var offset: Int64 = 0
         while offset < sizeA {
             let count = Int(min(Int64(chunk), sizeA - offset))
-            let nA = try bridgingErrors(path1) { try bufA.withUnsafeMutableBytes { try a.pread(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
-            let nB = try bridgingErrors(path2) { try bufB.withUnsafeMutableBytes { try b.pread(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
+            let nA = try bridgingErrors(path1) { try bufA.withUnsafeMutableBytes { try a.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
+            let nB = try bridgingErrors(path2) { try bufB.withUnsafeMutableBytes { try b.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
             guard nA == nB, nA > 0 else { return nA == nB }
             guard bufA[0..<nA] == bufB[0..<nB] else { return false }
             offset += Int64(nA)

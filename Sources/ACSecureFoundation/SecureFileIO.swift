@@ -60,16 +60,8 @@ enum SecureFileIO {
         let size = try file.size
         guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(file.path): \(size) bytes do not fit in memory") }
         var data = Data(count: count)
-        let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in
-            var done = 0
-            while done < count {
-                let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<min(count, done + ioChunk)])
-                let n = try file.pread(into: slice, at: Int64(done))
-                if n == 0 { break }  // shrunk meanwhile
-                done += n
-            }
-            return done
-        }
+        // Short when the file shrank meanwhile.
+        let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in try file.preadFully(into: buffer, at: 0) }
         if got < count { data.count = got }
         return data
     }
@@ -110,13 +102,7 @@ enum SecureFileIO {
 
     /// Writes all of `bytes` from `offset` on, finishing short writes.
     static func writeAll(_ file: SecureFile, _ bytes: UnsafeRawBufferPointer, at offset: Int64 = 0) throws {
-        var done = 0
-        while done < bytes.count {
-            let slice = UnsafeRawBufferPointer(rebasing: bytes[done..<min(bytes.count, done + ioChunk)])
-            let n = try file.pwrite(slice, at: offset + Int64(done))
-            guard n > 0 else { throw SecureFileError.ace(.internalError, "\(file.path): write made no progress") }
-            done += n
-        }
+        try file.pwriteFully(bytes, at: offset)
     }
 
     /// Writes `data` as the whole content of the secure file at `path`.

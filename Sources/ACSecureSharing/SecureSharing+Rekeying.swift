@@ -65,8 +65,7 @@ public enum SecureSharing {
                     while true {
                         let n = try source.pread(into: b, at: at)
                         if n == 0 { break }
-                        var done = 0
-                        while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                        try out.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
                         at += Int64(n)
                     }
                 }

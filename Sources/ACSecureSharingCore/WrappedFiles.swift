@@ -81,8 +81,7 @@ package enum WrappedFiles {
                         case .failure(let e): throw .posix(e.rawValue, "\(path): read")
                         }
                         if n == 0 { break }
-                        var done = 0
-                        while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                        try out.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
                     }
                 }
             } catch {
@@ -262,14 +261,7 @@ package final class WrappedFileReader: Sendable {
         guard buffer.count > 0, offset < SecureFile.maximumFileSize else { return 0 }
         let available = try length - offset
         let n = Int(clamping: min(Int64(buffer.count), max(0, available)))
-        var done = 0
-        let start = contentOffset + offset
-        while done < n {
-            let m = try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<n]), at: start + Int64(done))
-            if m == 0 { break }
-            done += m
-        }
-        return done
+        return try file.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n]), at: contentOffset + offset)
     }
 
     /// Closes the file; later reads fail with EBADF (the engine's closed-handle error). Closing twice

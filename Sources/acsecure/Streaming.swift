@@ -187,8 +187,7 @@ func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progr
         if n == 0 { break }
         do {
             try buffer.withUnsafeBytes { (b) throws(SecureFileError) in
-                var done = 0
-                while done < n { done += try file.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                try file.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
             }
         } catch {
             throw CLIError(error)
