@@ -222,18 +222,6 @@ public final class SecureFile: @unchecked Sendable {
         }
     }
 
-    /// Reads until `buffer` is full or the file ends, as every whole-buffer reader needs: a long read
-    /// may return short (services locking between batches stop it). Returns the bytes read.
-    public func preadFully(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
-        var done = 0
-        while done < buffer.count {
-            let n = try pread(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), at: offset + Int64(done))
-            if n == 0 { break }
-            done += n
-        }
-        return done
-    }
-
     /// `readv(2)`: fills the buffers in order, as one read.
     public func readv(_ buffers: [UnsafeMutableRawBufferPointer]) throws(SecureFileError) -> Int {
         try locked(.read) { (s: SharedFile) throws(SecureFileError) -> Int in
@@ -265,26 +253,6 @@ public final class SecureFile: @unchecked Sendable {
         guard offset >= 0 else { throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): negative offset") }
         return try locked(.write) { (s: SharedFile) throws(SecureFileError) -> Int in
             try writeChecked(s, buffer, at: appendMode ? s.size : offset)
-        }
-    }
-
-    /// Writes all of `buffer` at the current offset, finishing short writes (`write(2)` until done).
-    public func writeFully(_ buffer: UnsafeRawBufferPointer) throws(SecureFileError) {
-        var done = 0
-        while done < buffer.count {
-            let n = try write(UnsafeRawBufferPointer(rebasing: buffer[done...]))
-            guard n > 0 else { throw .ace(.internalError, "\(path): write made no progress") }
-            done += n
-        }
-    }
-
-    /// Writes all of `buffer` at `offset`, finishing short writes (`pwrite(2)` until done).
-    public func pwriteFully(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws(SecureFileError) {
-        var done = 0
-        while done < buffer.count {
-            let n = try pwrite(UnsafeRawBufferPointer(rebasing: buffer[done...]), at: offset + Int64(done))
-            guard n > 0 else { throw .ace(.internalError, "\(path): write made no progress") }
-            done += n
         }
     }
 

@@ -14,8 +14,6 @@ import ACSystemCalls
 /// Every operation uses the process-wide secure services (`SecureServices.current`, started from
 /// the environment if needed), as the AppConnect categories use the app's secure services.
 enum SecureFileIO {
-    /// Reads and writes move at most this much plaintext per engine call.
-    static let ioChunk = 256 * 1024
 
     // MARK: arguments
 
@@ -209,15 +207,7 @@ enum SecureFileIO {
         if case .success = Sys.lstat(destination) { throw SecureFileError.posix(EEXIST, destination) }
         let sourceStat = try input.stat()
         try publish(to: destination, replacing: false, mode: sourceStat.st_mode & 0o7777, key: key) { output in
-            var buffer = [UInt8](repeating: 0, count: ioChunk)
-            defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
-            var offset: Int64 = 0
-            while true {
-                let n = try buffer.withUnsafeMutableBytes { try input.pread(into: $0, at: offset) }
-                if n == 0 { break }
-                try buffer.withUnsafeBytes { try writeAll(output, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: offset) }
-                offset += Int64(n)
-            }
+            try input.copyPlaintext(to: output)
         }
     }
 }

@@ -58,17 +58,7 @@ public enum SecureSharing {
             let out = try SecureFile.open(replacement.temporaryPath, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags,
                                           mode: 0o600, key: key, services: services)
             do throws(SecureFileError) {
-                let buffer: SecureBytes
-                do throws(CryptoError) { buffer = try SecureBytes(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
-                try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
-                    var at: Int64 = 0
-                    while true {
-                        let n = try source.pread(into: b, at: at)
-                        if n == 0 { break }
-                        try out.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
-                        at += Int64(n)
-                    }
-                }
+                try source.copyPlaintext(to: out)
                 if case .failure(let e) = Sys.fchmod(out.fileDescriptor, st.st_mode & 0o7777) { throw SecureFileError.posix(e.rawValue, "\(path): fchmod") }
             } catch {
                 try? out.close()  // the first error is the one reported; the file is removed below
