@@ -35,14 +35,16 @@ struct TypeChecker {
 
     /// The compiler's error lines for `snippet` (with the imports added); empty if it compiles.
     /// Every C module the Swift modules may need: the system libraries' module maps in Sources/ and
-    /// the ones SwiftPM generated for the C targets (`<target>.build/module.modulemap` beside Modules/).
+    /// the ones SwiftPM generated for this package's C targets (`<target>.build/module.modulemap`
+    /// beside Modules/).
     var moduleMaps: [String] {
         let fm = FileManager.default
         let sources = (try? fm.contentsOfDirectory(atPath: packageRoot + "/Sources")) ?? []
         let declared = sources.map { "\(packageRoot)/Sources/\($0)/module.modulemap" }
         let buildDirectory = URL(fileURLWithPath: modules).deletingLastPathComponent().path
-        let built = ((try? fm.contentsOfDirectory(atPath: buildDirectory)) ?? [])
-            .filter { $0.hasSuffix(".build") }.map { "\(buildDirectory)/\($0)/module.modulemap" }
+        // Only this package's C targets: the build directory may also hold other packages' modules
+        // (the bench smoke builds Benchmarks/ into it), whose maps would clash with each other.
+        let built = sources.map { "\(buildDirectory)/\($0).build/module.modulemap" }
         return (declared + built).filter { fm.fileExists(atPath: $0) }.sorted()
     }
 
