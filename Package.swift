@@ -20,7 +20,8 @@ let package = Package(
         .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CACSystemSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
-        // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium).
+        // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium);
+        // also the one lock type every module uses (Lock.swift: a pthread mutex, which TSan understands).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
         // The store, the seed, lock/unlock/retire, key derivation and process hardening.
         .target(name: "ACSecureServices", dependencies: ["ACCrypto", "CACSecureLinux"]),

@@ -1,4 +1,3 @@
-import Synchronization
 import CACSecureSodium
 
 /// Released `SecureBytes` buffers kept for reuse, so that opening a file does not pay for fresh
@@ -31,7 +30,7 @@ final class GuardedMemoryPool: Sendable {
     }
 
     // Pointers are owned by the pool while they are in it; the mutex serialises every access.
-    private let state = Mutex<State>(State())
+    private let state = LockedValue<State>(State())
 
     /// The locked pages a buffer of `size` bytes holds (sodium_malloc rounds up to whole pages).
     private static func footprint(_ size: Int) -> Int {

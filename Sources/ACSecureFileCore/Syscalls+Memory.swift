@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ACCrypto
 
 /// An in-memory file system behind `Sys`, for fuzzing and tests: a table of regular files
 /// (path → bytes and inode number) and of descriptors (each with its open file description:

@@ -59,7 +59,7 @@ public final class SecureServices: Sendable {
         var keks: [[UInt8]: KeyEncryptionKey] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let store: SeedStore
     private let argonCost: Argon2id.Cost
     /// Non-zero while keys are available; changes at every lock and unlock. The engine compares it
@@ -67,8 +67,8 @@ public final class SecureServices: Sendable {
     private let availableGeneration = Atomic<UInt64>(0)
     private let lastActivity = Atomic<UInt64>(0)
     /// Run (in registration order) before the seed is dropped: the engine flushes and wipes its caches.
-    private let lockHandlers = Mutex<[@Sendable () -> Void]>([])
-    private let wrappedProviders = Mutex<[String: any KeyProvider]>([:])
+    private let lockHandlers = LockedValue<[@Sendable () -> Void]>([])
+    private let wrappedProviders = LockedValue<[String: any KeyProvider]>([:])
 
     // MARK: starting
 
@@ -142,7 +142,7 @@ public final class SecureServices: Sendable {
 
     // MARK: the process-wide instance
 
-    private static let currentInstance = Mutex<SecureServices?>(nil)
+    private static let currentInstance = LockedValue<SecureServices?>(nil)
 
     /// The services the engine uses when no other are named.
     public static var current: SecureServices? {

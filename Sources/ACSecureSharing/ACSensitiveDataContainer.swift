@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import ACCrypto
 
 /// Holds sensitive data for a long time: the reference's `ACSensitiveDataContainer`.
@@ -15,7 +14,7 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     /// The length of the contents.
     public let length: Int
 
-    private static let processKey = Mutex<AESGCMContext?>(nil)
+    private static let processKey = LockedValue<AESGCMContext?>(nil)
 
     private static func withContext<R>(_ body: (AESGCMContext) -> R) -> R {
         processKey.withLock { ctx in
