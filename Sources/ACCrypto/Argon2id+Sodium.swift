@@ -26,9 +26,8 @@ public enum Argon2id {
     public static func deriveKey(passcode: SecureBytes, salt: [UInt8], cost: Cost, outputCount: Int = 32) throws(CryptoError) -> SecureBytes {
         guard salt.count == saltSize else { throw CryptoError.invalidArgument("Argon2id salt length") }
         Sodium.ensureInitialized()
-        let out = SecureBytes(count: outputCount)
-        let rc = passcode.withUnsafeBytes { p in
-            out.withUnsafeMutableBytes { o in
+        return try SecureBytes(count: outputCount) { (o: UnsafeMutableRawBufferPointer) throws(CryptoError) in
+            let rc = passcode.withUnsafeBytes { p in
                 salt.withUnsafeBufferPointer { s in
                     crypto_pwhash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(o.count),
                                   p.baseAddress!.assumingMemoryBound(to: CChar.self),
@@ -36,8 +35,7 @@ public enum Argon2id {
                                   cost.opsLimit, cost.memLimit, crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
+            guard rc == 0 else { throw CryptoError.sodium("crypto_pwhash (out of memory?)") }
         }
-        guard rc == 0 else { throw CryptoError.sodium("crypto_pwhash (out of memory?)") }
-        return out
     }
 }

@@ -23,7 +23,7 @@ final class ChunkKeys {
     private var contexts = [AESGCMContext?](repeating: nil, count: ChunkKeys.cachedSelectors)
     private var hand = 0
     /// Where K_s is derived (guarded memory, wiped after each use).
-    private let keyScratch = SecureBytes(count: 32)
+    private let keyScratch = SecureBuffer(count: 32)
     private var lastSelector: UInt32 = 0
     private var lastContext: AESGCMContext?
 
@@ -45,7 +45,7 @@ final class ChunkKeys {
 
     /// K_s for `s` into `key` (guarded memory, allocated once per file: `sodium_malloc` costs more
     /// than the derivation).
-    static func derive(_ prf: AESBlockCipher, selector s: UInt32, into key: SecureBytes) throws(CryptoError) {
+    static func derive(_ prf: AESBlockCipher, selector s: UInt32, into key: SecureBuffer) throws(CryptoError) {
         var blocks: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         try withUnsafeMutableBytes(of: &blocks) { (b: UnsafeMutableRawBufferPointer) throws(CryptoError) in
             for j in 0..<2 {

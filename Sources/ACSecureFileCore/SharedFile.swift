@@ -74,9 +74,9 @@ final class SharedFile: @unchecked Sendable {
     var cacheIndex: Int64 = -1
     var cacheLength = 0
     var cacheDirty = false
-    var cache: SecureBytes
+    var cache: SecureBuffer
     /// A second chunk buffer for read-modify-write of a chunk that is not the cached one.
-    var work: SecureBytes
+    var work: SecureBuffer
 
     // Ciphertext staging, grown on demand up to one batch.
     var scratch: UnsafeMutableRawPointer?
@@ -100,8 +100,8 @@ final class SharedFile: @unchecked Sendable {
         self.keySelection = keySelection
         self.path = path
         self.layout = FileLayout()
-        self.cache = SecureBytes(count: layout.chunkSize)
-        self.work = SecureBytes(count: layout.chunkSize)
+        self.cache = SecureBuffer(count: layout.chunkSize)
+        self.work = SecureBuffer(count: layout.chunkSize)
     }
 
     deinit {
@@ -118,8 +118,8 @@ final class SharedFile: @unchecked Sendable {
         let resize = newLayout.chunkSize != layout.chunkSize
         layout = newLayout
         guard resize else { return }
-        cache = SecureBytes(count: layout.chunkSize)
-        work = SecureBytes(count: layout.chunkSize)
+        cache = SecureBuffer(count: layout.chunkSize)
+        work = SecureBuffer(count: layout.chunkSize)
     }
 
     var chunkSize: Int { layout.chunkSize }

@@ -16,12 +16,12 @@ import ACCrypto
 ///   (see `ACSensitiveDataLifetimeCheck`).
 open class ACSensitiveData: NSData {
     /// Guarded storage; `storedLength` bytes of it are the contents (a mutable object keeps spare capacity).
-    var storage: SecureBytes
+    var storage: SecureBuffer
     var storedLength: Int
 
     /// An empty object.
     public override init() {
-        storage = SecureBytes(count: 0)
+        storage = SecureBuffer(count: 0)
         storedLength = 0
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -31,7 +31,7 @@ open class ACSensitiveData: NSData {
     public override init(bytes: UnsafeRawPointer?, length: Int) {
         precondition(length >= 0, "negative length")
         precondition(bytes != nil || length == 0, "nil bytes with a non-zero length")
-        storage = SecureBytes(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+        storage = SecureBuffer(copying: UnsafeRawBufferPointer(start: bytes, count: length))
         storedLength = length
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -50,15 +50,21 @@ open class ACSensitiveData: NSData {
     /// A guarded copy of `data` (the caller's `Data` is ordinary memory: prefer the pointer forms).
     public override convenience init(data: Data) {
         self.init(bytes: nil, length: 0)
-        let copy = data.withUnsafeBytes { SecureBytes(copying: $0) }
+        let copy = data.withUnsafeBytes { SecureBuffer(copying: $0) }
         storage = copy
         storedLength = copy.count
     }
 
-    /// Takes ownership of `secureBytes` (no copy).
-    public init(adopting secureBytes: SecureBytes) {
-        storage = secureBytes
-        storedLength = secureBytes.count
+    /// The bytes of `secureBytes`, in a guarded copy: this object's storage may be written in place
+    /// (`ACSensitiveMutableData`), which shared key material never is.
+    public convenience init(adopting secureBytes: SecureBytes) {
+        self.init(storage: secureBytes.withUnsafeBytes { SecureBuffer(copying: $0) })
+    }
+
+    /// Takes ownership of `storage` (no copy).
+    init(storage: SecureBuffer) {
+        self.storage = storage
+        storedLength = storage.count
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
     }
@@ -70,7 +76,7 @@ open class ACSensitiveData: NSData {
 
     deinit {
         ACSensitiveDataLifetimeCheck.unregister(self)
-        // `storage` is zeroed and unmapped by SecureBytes' deinit.
+        // `storage` is zeroed and released by SecureBuffer's deinit.
     }
 
     // MARK: NSData primitives
@@ -134,7 +140,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
     /// An empty object with room for `capacity` bytes.
     public init(capacity: Int) {
         precondition(capacity >= 0, "negative capacity")
-        super.init(adopting: SecureBytes(count: capacity))
+        super.init(storage: SecureBuffer(count: capacity))
         storedLength = 0
     }
 
@@ -204,7 +210,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
 
     private func grow(to needed: Int) {
         let capacity = Swift.max(needed, storage.count * 2, 32)
-        let bigger = SecureBytes(count: capacity)
+        let bigger = SecureBuffer(count: capacity)
         storage.withUnsafeBytes { old in
             bigger.withUnsafeMutableBytes { new in
                 if storedLength > 0 { new.baseAddress!.copyMemory(from: old.baseAddress!, byteCount: storedLength) }

@@ -14,18 +14,31 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     /// The length of the contents.
     public let length: Int
 
+    /// The process key's context. `AESGCMContext` is not thread-safe (nor Sendable): it is created,
+    /// used and kept only inside this lock.
     private static let processKey = LockedValue<AESGCMContext?>(nil)
 
-    private static func withContext<R>(_ body: (AESGCMContext) -> R) -> R {
+    private static func context(_ ctx: inout AESGCMContext?) -> AESGCMContext {
+        if let ctx { return ctx }
+        // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown.
+        guard let c = try? AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) else {
+            fatalError("AES-GCM context setup failed")
+        }
+        ctx = c
+        return c
+    }
+
+    private static func seal(_ secret: SecureBytes, id: [UInt8]) -> [UInt8] {
         processKey.withLock { ctx in
-            if ctx == nil {
-                // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown.
-                guard let c = try? AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) else {
-                    fatalError("AES-GCM context setup failed")
-                }
-                ctx = c
-            }
-            return body(ctx!)
+            guard let s = try? context(&ctx).sealWithRandomNonce(secret, aad: id) else { fatalError("AES-GCM seal failed") }
+            return s
+        }
+    }
+
+    private static func open(_ sealed: [UInt8], id: [UInt8]) -> SecureBytes? {
+        processKey.withLock { ctx in
+            let c = context(&ctx)
+            return sealed.withUnsafeBytes { c.openSealed($0, aad: id) }
         }
     }
 
@@ -34,11 +47,7 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
         id = SecureRandom.bytes(16)
         length = data.length
         let secret = data.secureBytes()
-        let id = self.id
-        sealed = Self.withContext { ctx in
-            guard let s = try? ctx.sealWithRandomNonce(secret, aad: id) else { fatalError("AES-GCM seal failed") }
-            return s
-        }
+        sealed = Self.seal(secret, id: id)
         super.init()
     }
 
@@ -49,8 +58,7 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
 
     /// A new `ACSensitiveData` with the contents.
     public var data: ACSensitiveData {
-        let id = self.id
-        let opened = Self.withContext { ctx in sealed.withUnsafeBytes { ctx.openSealed($0, aad: id) } }
+        let opened = Self.open(sealed, id: id)
         // The sealed bytes are private to this object and the key never changes: failure is memory corruption.
         guard let opened else { fatalError("ACSensitiveDataContainer: sealed contents do not authenticate") }
         return ACSensitiveData(adopting: opened)

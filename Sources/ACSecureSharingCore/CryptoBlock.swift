@@ -38,10 +38,9 @@ package struct CryptoBlock {
 
     /// Encodes into guarded memory.
     package func encoded() -> SecureBytes {
-        let out = SecureBytes(count: Self.size)
         var head = Self.magic + [Self.version, scope.rawValue, 0, 0] + kek.fingerprint
         precondition(head.count == 24, "crypto block header layout")
-        out.withUnsafeMutableBytes { o in
+        let out = SecureBytes(count: Self.size) { o in
             head.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             kek.key.withUnsafeBytes { k in
                 precondition(k.count == 32, "crypto block key size")

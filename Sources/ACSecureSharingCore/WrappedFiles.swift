@@ -56,7 +56,7 @@ package enum WrappedFiles {
         do throws(SecureFileError) {
             let record = WrappedFileLayout.record(name: name)
             _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
-            let buffer = SecureBytes(count: 256 << 10)
+            let buffer = SecureBuffer(count: 256 << 10)
             try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
                 while true {
                     let n = Glibc.read(source, b.baseAddress, b.count)

@@ -42,7 +42,7 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     let chunks = layout.chunkCount(forSize: size)
     let chunkSize = info.chunkSize
     let block = max(chunkSize, streamBufferSize / chunkSize * chunkSize)
-    let buffer = SecureBytes(count: block)
+    let buffer = SecureBuffer(count: block)
 
     /// Reads `count` bytes at `offset`; the engine authenticates every chunk it decrypts.
     func readAll(at offset: Int64, count: Int) throws(SecureFileError) {
@@ -102,7 +102,7 @@ func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> Le
         }
         let size = try file.size
         // A read at the end of the file checks only the trailer.
-        let byte = SecureBytes(count: 1)
+        let byte = SecureBuffer(count: 1)
         _ = try byte.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try file.pread(into: b, at: size) }
         return .authenticated(size)
     } catch {

@@ -1,3 +1,4 @@
+import Dispatch
 import XCTest
 @testable import ACCrypto
 
@@ -32,18 +33,52 @@ final class SecureBytesTests: XCTestCase {
         XCTAssertEqual(SecureBytes(count: 0), SecureBytes(count: 0))
     }
 
-    func testWipeZeroesButKeepsLength() {
-        let b = SecureBytes(copying: [UInt8](repeating: 0xFF, count: 33))
+    func testWrittenOnceWhenCreated() {
+        let b = SecureBytes(count: 4) { $0.copyBytes(from: [9, 8, 7, 6]) }
+        XCTAssertEqual(b.bytes, [9, 8, 7, 6])
+    }
+
+    /// An initialiser that throws releases the memory and rethrows (the buffer is never half made).
+    func testThrowingInitialiserRethrows() {
+        struct Refused: Error {}
+        XCTAssertThrowsError(try SecureBytes(count: 8) { (_: UnsafeMutableRawBufferPointer) throws(Refused) in throw Refused() }) {
+            XCTAssertTrue($0 is Refused)
+        }
+    }
+
+    /// Key material is immutable after creation, so it may be shared across threads (checked by the
+    /// compiler: this does not build if `SecureBytes` is not `Sendable`). `SecureBuffer`,
+    /// `AESGCMContext` and `AESBlockCipher` are not Sendable: capturing one in a `@Sendable`
+    /// closure is a compile error in Swift 6 mode.
+    func testKeyMaterialIsSendable() {
+        func requireSendable<T: Sendable>(_ value: T) -> T { value }
+        let key = requireSendable(SecureBytes(randomCount: 32))
+        let copies = LockedValue<[[UInt8]]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            let bytes = key.bytes
+            copies.withLock { $0.append(bytes) }
+        }
+        XCTAssertEqual(copies.withLock { $0 }, [[UInt8]](repeating: key.bytes, count: 4))
+    }
+
+    func testBufferWipeZeroesButKeepsLength() {
+        let b = [UInt8](repeating: 0xFF, count: 33).withUnsafeBytes { SecureBuffer(copying: $0) }
+        XCTAssertEqual(b.bytes, [UInt8](repeating: 0xFF, count: 33))
         b.wipe()
         XCTAssertEqual(b.count, 33)
         XCTAssertEqual(b.bytes, [UInt8](repeating: 0, count: 33))
-        SecureBytes(count: 0).wipe()  // must not trap
+        SecureBuffer(count: 0).wipe()  // must not trap
     }
 
-    func testMutationThroughUnsafeBytes() {
-        let b = SecureBytes(count: 4)
+    func testBufferMutationAndFreezing() {
+        let b = SecureBuffer(count: 4)
+        XCTAssertEqual(b.bytes, [0, 0, 0, 0])
         b.withUnsafeMutableBytes { $0.copyBytes(from: [9, 8, 7, 6]) }
         XCTAssertEqual(b.bytes, [9, 8, 7, 6])
+        // Freezing copies: writing the buffer afterwards leaves the key material intact.
+        let frozen = b.secureBytes()
+        b.wipe()
+        XCTAssertEqual(frozen.bytes, [9, 8, 7, 6])
     }
 
     func testSliceCopiesTheRange() {
@@ -52,9 +87,7 @@ final class SecureBytesTests: XCTestCase {
         XCTAssertEqual(s.bytes, Array(8..<20))
         XCTAssertEqual(b.slice(0..<32), b)
         XCTAssertEqual(b.slice(32..<32).count, 0)
-        // A slice is a copy: wiping the original leaves it intact.
-        b.wipe()
-        XCTAssertEqual(s.bytes, Array(8..<20))
+        XCTAssertNotEqual(s.withUnsafeBytes { $0.baseAddress }, b.withUnsafeBytes { $0.baseAddress! + 8 }, "a slice is a copy")
     }
 
     func testRandomBytesDiffer() {
@@ -97,15 +130,15 @@ final class GuardedMemoryPoolTests: XCTestCase {
     /// A size no other test uses, so parallel tests do not take these buffers.
     private let size = 4093
 
-    private func address(_ b: SecureBytes) -> UnsafeRawPointer { b.withUnsafeBytes { $0.baseAddress! } }
+    private func address(_ b: SecureBuffer) -> UnsafeRawPointer { b.withUnsafeBytes { $0.baseAddress! } }
 
     func testReleasedBufferIsZeroedAndReused() {
-        var b: SecureBytes? = SecureBytes(count: size)
+        var b: SecureBuffer? = SecureBuffer(count: size)
         b!.withUnsafeMutableBytes { _ = $0.initializeMemory(as: UInt8.self, repeating: 0xA5) }
         let first = address(b!)
         b = nil
         // Still guarded memory of this process; read it only through the pool's next buffer.
-        let again = SecureBytes(count: size)
+        let again = SecureBuffer(count: size)
         XCTAssertEqual(address(again), first, "the released buffer was not reused")
         XCTAssertEqual(again.bytes, [UInt8](repeating: 0, count: size), "a reused buffer must come back zeroed")
     }
