@@ -34,9 +34,14 @@ struct SeedStore {
         var protection: Protection
         var cost: Argon2id.Cost
         var salt: [UInt8]
-        var payload: [UInt8]  // the raw seed (protection none) or the sealed seed
+        var payload: [UInt8]  // the sealed seed (protection passcode); empty otherwise
         var aad: [UInt8]
+        /// The raw seed (protection none), in guarded memory: it is never copied into an array.
+        var seed: SecureBytes?
     }
+
+    /// The most a seed file may hold (one is 38 or 98 bytes): the size of the guarded buffer it is read into.
+    static let maximumFileSize = 4096
 
     func exists() -> Bool {
         var st = stat()
@@ -45,13 +50,42 @@ struct SeedStore {
 
     // MARK: reading
 
+    /// The seed file, read into guarded memory (it may hold the raw seed) that is wiped before it is
+    /// released; only the seed itself is kept, as `SecureBytes`.
     func load() throws(SecureServicesError) -> Sealed {
         try checkDirectoryIsPrivate()
-        return try Self.parse(try readSeedFile(), seedPath: seedPath)
+        let buffer = SecureBuffer(count: Self.maximumFileSize)
+        defer {
+            buffer.wipe()
+            #if DEBUG
+            buffer.withUnsafeBytes { Self.seedFileReadObserver.withLock { $0 }?(.released, $0) }
+            #endif
+        }
+        let count = try readSeedFile(into: buffer)
+        return try buffer.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SecureServicesError) in
+            let bytes = UnsafeRawBufferPointer(rebasing: b[0..<count])
+            #if DEBUG
+            Self.seedFileReadObserver.withLock { $0 }?(.read, bytes)
+            #endif
+            return try Self.parse(bytes, seedPath: seedPath)
+        }
+    }
+
+    #if DEBUG
+    enum ReadPhase: Sendable { case read, released }
+    /// Tests: sees the guarded buffer a seed file is read into, once with the file's bytes (`.read`)
+    /// and once just before the buffer is released (`.released`), when it must be all zeros.
+    nonisolated static let seedFileReadObserver = LockedValue<(@Sendable (ReadPhase, UnsafeRawBufferPointer) -> Void)?>(nil)
+    #endif
+
+    /// Parses seed file bytes given as an array (the fuzz target FuzzSeedStoreParse, tests).
+    static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
+        // Array's withUnsafeBytes rethrows as `any Error`; the Result keeps the typed error.
+        try bytes.withUnsafeBytes { b in Result { () throws(SecureServicesError) in try parse(b, seedPath: seedPath) } }.get()
     }
 
     /// Parses the bytes of a seed file (untrusted: the fuzz target FuzzSeedStoreParse feeds it).
-    static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
+    static func parse(_ bytes: UnsafeRawBufferPointer, seedPath: String) throws(SecureServicesError) -> Sealed {
         guard bytes.count >= 6, Array(bytes[0..<4]) == Self.magic else {
             throw SecureServicesError(.corruptStore, "\(seedPath): not a secure services seed file")
         }
@@ -59,7 +93,8 @@ struct SeedStore {
         switch Protection(rawValue: bytes[5]) {
         case .none?:
             guard bytes.count == 6 + Self.seedSize else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
-            return Sealed(protection: .none, cost: .minimum, salt: [], payload: Array(bytes[6...]), aad: [])
+            return Sealed(protection: .none, cost: .minimum, salt: [], payload: [], aad: [],
+                          seed: SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[6...])))
         case .passcode?:
             let fixed = 6 + 8 + 8 + Argon2id.saltSize
             guard bytes.count == fixed + 12 + Self.seedSize + 16 else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
@@ -83,7 +118,8 @@ struct SeedStore {
         switch sealed.protection {
         case .none:
             if requireProtected { throw unprotectedSeedRefused() }
-            return sealed.payload.withUnsafeBytes { SecureBytes(copying: $0) }
+            guard let seed = sealed.seed else { throw SecureServicesError(.corruptStore, "\(seedPath): no seed") }
+            return seed
         case .passcode:
             guard let passcode else { throw SecureServicesError(.wrongPasscode, "a passcode is required to unlock secure services") }
             do {
@@ -136,8 +172,9 @@ struct SeedStore {
         }
     }
 
-    /// The seed file's bytes: not through a symbolic link, from a private regular file of this user.
-    private func readSeedFile() throws(SecureServicesError) -> [UInt8] {
+    /// Reads the seed file into `buffer` and returns its length: not through a symbolic link, from a
+    /// private regular file of this user.
+    private func readSeedFile(into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
         let fd = open(seedPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             let e = errno
@@ -151,7 +188,7 @@ struct SeedStore {
             throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(String(cString: strerror(e)))", errno: e)
         }
         try Self.checkPrivate(st, seedPath, what: "seed file", type: S_IFREG, repair: "chmod 600")
-        return try readAll(fd, seedPath)
+        return try readAll(fd, seedPath, into: buffer)
     }
 
     // MARK: writing
@@ -261,18 +298,18 @@ struct SeedStore {
 
 func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: v >> (8 * UInt64($0))) } }
 
-/// Reads a small file to its end; more than 64 KiB is not a seed file.
-func readAll(_ fd: Int32, _ path: String) throws(SecureServicesError) -> [UInt8] {
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 4096)
-    while out.count <= 1 << 16 {  // a seed file is tiny; refuse to read a huge one
-        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+/// Reads a small file to its end straight into `buffer` (no other copy) and returns its length; a
+/// file that fills the buffer is not a seed file.
+func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
+    var count = 0
+    while count < buffer.count {
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
         if n < 0 {
             if errno == EINTR { continue }
             throw SecureServicesError(.storeIO, "cannot read \(path): \(String(cString: strerror(errno)))", errno: errno)
         }
-        if n == 0 { return out }
-        out += buf[0..<n]
+        if n == 0 { return count }
+        count += n
     }
     throw SecureServicesError(.corruptStore, "\(path): too large for a seed file")
 }
