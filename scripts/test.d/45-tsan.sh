@@ -5,7 +5,8 @@
 # - SecureFileConcurrencyTests: threads on one handle, a handle per thread, lock() during I/O;
 # - EngineBehaviourTests/testManyThreadsOnOneHandle;
 # - ACSecureServicesTests.ConcurrencyTests: derive racing lock(), concurrent lock/unlock storms;
-# - the C API's descriptor table across threads (last error per descriptor, open/close races).
+# - the C API's descriptor table across threads (last error per descriptor, open/close races);
+# - SecureBytesTests/testKeyMaterialIsSendable: key material read by several threads at once.
 #
 # Every lock in the project is a pthread mutex (Sources/ACCrypto/Lock.swift), which TSan intercepts;
 # it would not see Synchronization.Mutex on Linux, which is why that type is not used (docs/TESTING.md).
@@ -16,6 +17,7 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 scratch=.build-tsan
 tests='SecureFileConcurrencyTests|EngineBehaviourTests/testManyThreadsOnOneHandle|ACSecureServicesTests.ConcurrencyTests'
 tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState)'
+tests+='|SecureBytesTests/testKeyMaterialIsSendable'
 start=$(date +%s)
 swift build --build-tests --sanitize thread --scratch-path "$scratch"
 swift test --skip-build --sanitize thread --scratch-path "$scratch" --filter "$tests"
