@@ -130,7 +130,13 @@ extension AESGCMContext {
     /// Seals a small secret (a key) with a fresh random nonce.
     /// - Returns: nonce ‖ ciphertext ‖ tag.
     public func sealWithRandomNonce(_ secret: SecureBytes, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
-        let n = secret.count
+        try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try sealWithRandomNonce(s, aad: aad) }
+    }
+
+    /// Seals `secret` (in guarded memory the caller owns) with a fresh random nonce.
+    /// - Returns: nonce ‖ ciphertext ‖ tag.
+    public func sealWithRandomNonce(_ s: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
+        let n = s.count
         let total = Self.nonceSize + n + Self.tagSize
         let o = UnsafeMutableRawBufferPointer.allocate(byteCount: total, alignment: 16)
         defer { o.deallocate() }
@@ -138,31 +144,36 @@ extension AESGCMContext {
         let a = UnsafeMutableRawBufferPointer.allocate(byteCount: max(aad.count, 1), alignment: 1)
         defer { a.deallocate() }
         if !aad.isEmpty { a.copyBytes(from: aad) }
-        let s = secret.withUnsafeBytes { $0 }  // guarded memory lives as long as `secret`
         try seal(nonce: o.baseAddress!, aad: UnsafeRawBufferPointer(rebasing: a[0..<aad.count]), plaintext: s,
                  ciphertext: o.baseAddress! + Self.nonceSize, tag: o.baseAddress! + Self.nonceSize + n)
-        withExtendedLifetime(secret) {}
         return Array(UnsafeRawBufferPointer(o))
     }
 
     /// Opens what `sealWithRandomNonce` produced. Returns nil when it does not authenticate.
-    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) -> SecureBytes? {
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left for the secret.
+    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
         guard sealed.count >= Self.nonceSize + Self.tagSize, let base = sealed.baseAddress else { return nil }
         let n = sealed.count - Self.nonceSize - Self.tagSize
-        struct NotAuthentic: Error {}
-        do {
-            return try SecureBytes(count: n) { (o: UnsafeMutableRawBufferPointer) throws(NotAuthentic) in
-                let ok = aad.withUnsafeBytes { a in
-                    open(nonce: base, aad: a,
-                         ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
-                         tag: base + Self.nonceSize + n,
-                         plaintext: o.baseAddress!)
-                }
-                if !ok { throw NotAuthentic() }
+        var authentic = false
+        let out = try SecureBytes(count: n) { o in
+            authentic = aad.withUnsafeBytes { a in
+                open(nonce: base, aad: a,
+                     ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
+                     tag: base + Self.nonceSize + n,
+                     plaintext: o.baseAddress!)
             }
-        } catch {
-            return nil  // `open` left no plaintext; the memory was zeroed and released
         }
+        return authentic ? out : nil  // when not, `open` zeroed the output; releasing it zeroes it again
+    }
+}
+
+extension AESGCMContext {
+    /// `openSealed` of an array.
+    public func openSealed(_ sealed: [UInt8], aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
+        let opened: Result<SecureBytes?, CryptoError> = sealed.withUnsafeBytes { s in
+            do throws(CryptoError) { return .success(try openSealed(s, aad: aad)) } catch { return .failure(error) }
+        }
+        return try opened.get()
     }
 }
 
@@ -171,9 +182,13 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
     case openSSL(String)
     case sodium(String)
     case invalidArgument(String)
+    /// No guarded memory left for a buffer of this many bytes (`sodium_malloc` failed: out of
+    /// mappings or address space), or not enough memory for Argon2id.
+    case outOfMemory(Int)
 
     public var description: String {
         switch self {
+        case .outOfMemory(let n): return "out of guarded memory (\(n) bytes)"
         case .invalidKeySize: return "invalid key size"
         case .openSSL(let call): return "OpenSSL \(call) failed: \(CryptoError.lastOpenSSLError())"
         case .sodium(let call): return "libsodium \(call) failed"

@@ -35,7 +35,8 @@ public enum Argon2id {
                                   cost.opsLimit, cost.memLimit, crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
-            guard rc == 0 else { throw CryptoError.sodium("crypto_pwhash (out of memory?)") }
+            // crypto_pwhash fails only when it cannot allocate its memLimit bytes.
+            guard rc == 0 else { throw CryptoError.outOfMemory(cost.memLimit) }
         }
     }
 }

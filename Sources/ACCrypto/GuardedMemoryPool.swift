@@ -1,3 +1,4 @@
+import Synchronization
 import CACSecureSodium
 
 /// Released `SecureBytes` buffers kept for reuse, so that opening a file does not pay for fresh
@@ -40,7 +41,7 @@ final class GuardedMemoryPool: Sendable {
 
     /// A zeroed guarded buffer of exactly `size` (> 0) bytes, or nil if none is pooled.
     func take(_ size: Int) -> UnsafeMutableRawPointer? {
-        guard size <= Self.maximumBufferSize else { return nil }
+        guard size <= Self.maximumBufferSize, !simulatingExhaustion else { return nil }
         return state.withLock { s in
             guard let address = s.free[size]?.popLast() else { return nil }
             s.pooledBytes -= Self.footprint(size)
@@ -63,6 +64,12 @@ final class GuardedMemoryPool: Sendable {
         }
         if !kept { sodium_free(p) }
     }
+
+    /// Tests: while set, the pool hands out nothing and every fresh allocation fails, as when the
+    /// process is out of mappings or address space.
+    private let exhaustion = Atomic<Bool>(false)
+    var simulatingExhaustion: Bool { exhaustion.load(ordering: .relaxed) }
+    func simulateExhaustion(_ on: Bool) { exhaustion.store(on, ordering: .relaxed) }
 
     /// The locked bytes the pool holds now (tests).
     var pooledBytes: Int { state.withLock { $0.pooledBytes } }

@@ -8,15 +8,18 @@ import CACSecureSodium
 //   key in flight, a stream buffer). Not `Sendable`: its owner serialises every use.
 // Both come from `sodium_malloc`: between guard pages, `mlock`ed so they never reach swap, marked
 // `MADV_DONTDUMP` so they stay out of core dumps, and zeroed when released (GuardedMemoryPool).
+//
+// Guarded memory is finite (each buffer is its own mapping with guard pages: the kernel's
+// `vm.max_map_count` and `RLIMIT_AS` bound how many a process can hold), so every initializer
+// throws `CryptoError.outOfMemory` instead of stopping the program when it runs out.
 
 /// One `sodium_malloc` block of at least one byte, zero-filled.
-private func allocateGuarded(_ count: Int) -> UnsafeMutableRawPointer {
+private func allocateGuarded(_ count: Int) throws(CryptoError) -> UnsafeMutableRawPointer {
     precondition(count >= 0)
     Sodium.ensureInitialized()
     if let p = GuardedMemoryPool.shared.take(max(count, 1)) { return p }  // zeroed when it was given back
-    guard let p = sodium_malloc(max(count, 1)) else {
-        // Guarded memory is a small, bounded pool for keys; running out is not recoverable here.
-        fatalError("sodium_malloc failed: out of guarded memory")
+    guard !GuardedMemoryPool.shared.simulatingExhaustion, let p = sodium_malloc(max(count, 1)) else {
+        throw CryptoError.outOfMemory(count)
     }
     sodium_memzero(p, max(count, 1))
     return p
@@ -38,8 +41,9 @@ public final class SecureBytes: Sendable {
 
     /// `count` bytes written once by `initialize` (the memory starts zeroed). If it throws, the
     /// memory is zeroed and released, and the error is rethrown.
-    public init<E: Error>(count: Int, initializingWith initialize: (UnsafeMutableRawBufferPointer) throws(E) -> Void) throws(E) {
-        let p = allocateGuarded(count)
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left; what `initialize` throws.
+    public init(count: Int, initializingWith initialize: (UnsafeMutableRawBufferPointer) throws(CryptoError) -> Void) throws(CryptoError) {
+        let p = try allocateGuarded(count)
         do { try initialize(UnsafeMutableRawBufferPointer(start: p, count: count)) } catch {
             releaseGuarded(p, count: count)
             throw error
@@ -49,24 +53,24 @@ public final class SecureBytes: Sendable {
     }
 
     /// `count` zero bytes.
-    public convenience init(count: Int) {
-        self.init(count: count) { _ in }
+    public convenience init(count: Int) throws(CryptoError) {
+        try self.init(count: count) { _ in }
     }
 
     /// `count` fresh random bytes.
-    public convenience init(randomCount count: Int) {
-        self.init(count: count) { SecureRandom.fill($0) }
+    public convenience init(randomCount count: Int) throws(CryptoError) {
+        try self.init(count: count) { SecureRandom.fill($0) }
     }
 
     /// A copy of `bytes`. The caller remains responsible for wiping its own copy.
-    public convenience init(copying bytes: UnsafeRawBufferPointer) {
-        self.init(count: bytes.count) { out in
+    public convenience init(copying bytes: UnsafeRawBufferPointer) throws(CryptoError) {
+        try self.init(count: bytes.count) { out in
             if let src = bytes.baseAddress, bytes.count > 0 { out.baseAddress!.copyMemory(from: src, byteCount: bytes.count) }
         }
     }
 
-    public convenience init(copying bytes: [UInt8]) {
-        self.init(count: bytes.count) { out in out.copyBytes(from: bytes) }
+    public convenience init(copying bytes: [UInt8]) throws(CryptoError) {
+        try self.init(count: bytes.count) { out in out.copyBytes(from: bytes) }
     }
 
     deinit { releaseGuarded(base, count: count) }
@@ -76,9 +80,9 @@ public final class SecureBytes: Sendable {
     }
 
     /// Bytes `range` as a new guarded buffer.
-    public func slice(_ range: Range<Int>) -> SecureBytes {
+    public func slice(_ range: Range<Int>) throws(CryptoError) -> SecureBytes {
         precondition(range.lowerBound >= 0 && range.upperBound <= count)
-        return SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
+        return try SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
     }
 }
 
@@ -86,6 +90,15 @@ extension SecureBytes: Equatable {
     /// Constant time in the contents (the lengths are not secret).
     public static func == (lhs: SecureBytes, rhs: SecureBytes) -> Bool {
         lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in constantTimeEqual(a, b) } }
+    }
+}
+
+extension SecureBytes {
+    /// Tests: while `on`, every new buffer (`SecureBytes` or `SecureBuffer`) fails with
+    /// `CryptoError.outOfMemory`, as when the process has run out of mappings or address space.
+    /// Set it only while no other thread allocates.
+    @_spi(Testing) public static func simulateGuardedMemoryExhaustion(_ on: Bool) {
+        GuardedMemoryPool.shared.simulateExhaustion(on)
     }
 }
 
@@ -98,14 +111,16 @@ public final class SecureBuffer {
     private let base: UnsafeMutableRawPointer
 
     /// A zero-filled buffer of `count` bytes.
-    public init(count: Int) {
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
+    public init(count: Int) throws(CryptoError) {
+        self.base = try allocateGuarded(count)
         self.count = count
-        self.base = allocateGuarded(count)
     }
 
     /// A copy of `bytes`. The caller remains responsible for wiping its own copy.
-    public convenience init(copying bytes: UnsafeRawBufferPointer) {
-        self.init(count: bytes.count)
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
+    public convenience init(copying bytes: UnsafeRawBufferPointer) throws(CryptoError) {
+        try self.init(count: bytes.count)
         if let src = bytes.baseAddress, bytes.count > 0 { base.copyMemory(from: src, byteCount: bytes.count) }
     }
 
@@ -123,8 +138,9 @@ public final class SecureBuffer {
     public func wipe() { sodium_memzero(base, max(count, 1)) }
 
     /// The contents, frozen into key material (a guarded copy).
-    public func secureBytes() -> SecureBytes {
-        SecureBytes(copying: UnsafeRawBufferPointer(start: base, count: count))
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
+    public func secureBytes() throws(CryptoError) -> SecureBytes {
+        try SecureBytes(copying: UnsafeRawBufferPointer(start: base, count: count))
     }
 }
 

@@ -32,7 +32,7 @@ public func ACSecureServicesStartWithOptions(_ appID: UnsafePointer<CChar>?, _ s
         let dir = try storeDirectory.map { p throws(SecureServicesError) in try servicesString(p, "the store directory") }
         let fromEnvironment: UnsafeMutablePointer<CChar>? = getenv("ACSECURE_PASSCODE")
         // An empty $ACSECURE_PASSCODE means "no passcode", as for a new store.
-        let passcode = fromEnvironment.flatMap { $0[0] == 0 ? nil : passcodeBytes($0) }
+        let passcode = try fromEnvironment.flatMap { (p) throws(SecureServicesError) in p[0] == 0 ? nil : try passcodeBytes(p) }
         SecureServices.current = try SecureServices(
             appID: id, storeDirectory: dir, passcode: passcode,
             requireProtectedStore: options & requireProtected != 0 || SecureServices.environmentFlag("ACSECURE_REQUIRE_PROTECTED_STORE"),
@@ -54,7 +54,7 @@ public func ACSecureHardenProcess() -> Int32 {
 @c @implementation
 public func ACSecureServicesUnlock(_ passcode: UnsafePointer<CChar>?) -> Int32 {
     CResult.services { () throws(SecureServicesError) in
-        try SecureServices.currentOrStartFromEnvironment().unlock(passcode: passcode.map(passcodeBytes))
+        try SecureServices.currentOrStartFromEnvironment().unlock(passcode: try passcode.map(passcodeBytes))
     }
 }
 
@@ -62,7 +62,7 @@ public func ACSecureServicesUnlock(_ passcode: UnsafePointer<CChar>?) -> Int32 {
 public func ACSecureServicesSetPasscode(_ oldPasscode: UnsafePointer<CChar>?, _ newPasscode: UnsafePointer<CChar>?) -> Int32 {
     CResult.services { () throws(SecureServicesError) in
         try SecureServices.currentOrStartFromEnvironment()
-            .setPasscode(old: oldPasscode.map(passcodeBytes), new: newPasscode.map(passcodeBytes))
+            .setPasscode(old: try oldPasscode.map(passcodeBytes), new: try newPasscode.map(passcodeBytes))
     }
 }
 
@@ -107,8 +107,10 @@ public func ACSecureFileOpenWithGroupID(_ path: UnsafePointer<CChar>?, _ oflag: 
 
 /// A passcode straight from C memory into guarded memory, without a Swift `String` or `[UInt8]`
 /// copy that would outlive the call.
-private func passcodeBytes(_ p: UnsafePointer<CChar>) -> SecureBytes {
-    SecureBytes(copying: UnsafeRawBufferPointer(start: p, count: strlen(p)))
+private func passcodeBytes(_ p: UnsafePointer<CChar>) throws(SecureServicesError) -> SecureBytes {
+    do { return try SecureBytes(copying: UnsafeRawBufferPointer(start: p, count: strlen(p))) } catch {
+        throw SecureServicesError(.outOfMemory, "the passcode: \(error)", errno: ENOMEM)
+    }
 }
 
 private func servicesString(_ p: UnsafePointer<CChar>, _ what: String) throws(SecureServicesError) -> String {

@@ -52,7 +52,10 @@ public func ACSecureWrapFile(_ path: UnsafePointer<CChar>?, _ toPath: UnsafePoin
             return s
         }
         // Straight from C memory into guarded memory; no Data or [UInt8] copy of the key.
-        let cryptoBlock = SecureBytes(copying: UnsafeRawBufferPointer(start: block, count: blockLength))
+        let cryptoBlock: SecureBytes
+        do throws(CryptoError) { cryptoBlock = try SecureBytes(copying: UnsafeRawBufferPointer(start: block, count: blockLength)) } catch {
+            throw SecureFileError.crypto(error, "ACSecureWrapFile(\(source)): crypto block")
+        }
         // Needs no secure services: the crypto block carries the key.
         try cryptoBlock.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in
             try WrappedFiles.wrap(atPath: source, toPath: destination, cryptoBlock: b, actualFileName: name)

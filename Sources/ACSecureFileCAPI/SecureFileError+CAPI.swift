@@ -91,6 +91,7 @@ extension SecureServicesError {
         case .wrongPasscode, .noKeys: return EACCES
         case .corruptStore: return EIO
         case .storeIO: return errno != 0 ? errno : EIO
+        case .outOfMemory: return ENOMEM
         }
     }
 }

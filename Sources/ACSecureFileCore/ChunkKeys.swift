@@ -23,7 +23,7 @@ final class ChunkKeys {
     private var contexts = [AESGCMContext?](repeating: nil, count: ChunkKeys.cachedSelectors)
     private var hand = 0
     /// Where K_s is derived (guarded memory, wiped after each use).
-    private let keyScratch = SecureBuffer(count: 32)
+    private let keyScratch: SecureBuffer
     private var lastSelector: UInt32 = 0
     private var lastContext: AESGCMContext?
 
@@ -34,6 +34,7 @@ final class ChunkKeys {
     private(set) var selectorsDrawn = 0
 
     init(dataKey: SecureBytes, selectors: Bool) throws(CryptoError) {
+        keyScratch = try SecureBuffer(count: 32)
         if selectors {
             prf = try AESBlockCipher(key: dataKey)
             single = nil

@@ -124,16 +124,20 @@ public struct FileHeader: Sendable, Equatable {
         do {
             wrappedKey = try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: authenticatedPrefix)
         } catch {
-            throw SecureFileError.ace(.internalError, "cannot wrap the file key (\(error))")
+            throw SecureFileError.crypto(error, "cannot wrap the file key")
         }
     }
 
     /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was
     /// altered). The key class must be `kek`'s: it tells readers which key a file needs.
-    func unwrap(with kek: KeyEncryptionKey) -> SecureBytes? {
+    /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` naming `path` when no guarded memory is left for the key.
+    func unwrap(with kek: KeyEncryptionKey, path: String = "") throws(SecureFileError) -> SecureBytes? {
         guard keyClass == kek.keyClass.rawValue, constantTimeEqualBytes(kek.fingerprint, fingerprint),
               let ctx = try? AESGCMContext(key: kek.key) else { return nil }
-        let key = wrappedKey.withUnsafeBytes { ctx.openSealed($0, aad: authenticatedPrefix) }
+        let key: SecureBytes?
+        do throws(CryptoError) { key = try ctx.openSealed(wrappedKey, aad: authenticatedPrefix) } catch {
+            throw .crypto(error, "\(path): file key")
+        }
         return key?.count == 32 ? key : nil
     }
 

@@ -36,12 +36,13 @@ enum OpenFiles {
         installExitFlush
         let tableKey = Key(identity: r.identity, services: ObjectIdentifier(r.services))
         while true {
-            let (shared, isNew) = table.withLock { table -> (SharedFile, Bool) in
+            let (shared, isNew) = try table.withLock { (table) throws(SecureFileError) -> (SharedFile, Bool) in
                 if let existing = table[tableKey] {
                     existing.refCount += 1
                     return (existing, false)
                 }
-                let fresh = SharedFile(identity: r.identity, services: r.services, keySelection: r.key, path: r.path)
+                // Out of guarded memory: nothing is in the table yet.
+                let fresh = try SharedFile(identity: r.identity, services: r.services, keySelection: r.key, path: r.path)
                 fresh.lock.lock()  // held until loaded; a new lock, so this never waits
                 fresh.refCount = 1
                 table[tableKey] = fresh
@@ -99,10 +100,16 @@ enum OpenFiles {
     /// Another handle on a file already open: the same key, a writable descriptor if needed, O_TRUNC.
     private static func attach(_ existing: SharedFile, _ r: Request) throws(SecureFileError) {
         try verifyKey(of: existing, key: r.key)
-        if r.writable && !existing.ioFDWritable, case .success(let dupFD) = Sys.dup(r.fd) {
-            _ = Sys.close(existing.ioFD)
-            existing.ioFD = dupFD
-            existing.ioFDWritable = true
+        if r.writable && !existing.ioFDWritable {
+            // Out of descriptors: fail this open rather than hand out a writer that cannot write.
+            switch Sys.dup(r.fd) {
+            case .success(let dupFD):
+                _ = Sys.close(existing.ioFD)
+                existing.ioFD = dupFD
+                existing.ioFDWritable = true
+            case .failure(let e):
+                throw .posix(e.rawValue, "\(r.path): dup")
+            }
         }
         if r.coordinated { existing.coordinated = true }
         guard r.truncate else { return }
@@ -120,10 +127,8 @@ enum OpenFiles {
         guard let header = shared.header else { return }
         if key == shared.keySelection { return }
         let kek: KeyEncryptionKey
-        do { kek = try shared.services.keyEncryptionKey(for: key) } catch {
-            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(shared.path): \(error.message)")
-        }
-        guard header.unwrap(with: kek) != nil else {
+        do { kek = try shared.services.keyEncryptionKey(for: key) } catch { throw .services(error, shared.path) }
+        guard try header.unwrap(with: kek, path: shared.path) != nil else {
             throw .ace(.badKeyOrCorruptData, "\(shared.path): not encrypted with the \(key) key")
         }
     }
@@ -157,7 +162,7 @@ enum OpenFiles {
         }
         switch parsed {
         case .success(let header):
-            shared.setLayout(header.layout)
+            try shared.setLayout(header.layout)
             shared.header = header
             // A length that is not a valid file length (an interrupted write or tampering) is
             // resolved by the end check below: recovered, or refused for changes.

@@ -1,6 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ACCrypto
+import ACSecureServices
 
 /// The AppConnect error codes (`ACE_*` in `ACError.h`, `ACErrorDomain` codes in Swift).
 public enum ACErrorCode: Int32, Sendable, CaseIterable {
@@ -63,9 +65,28 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    /// A failed system call: only `errno` applies.
+    /// A failed system call: only `errno` applies, except when the process ran out of memory or
+    /// descriptors (`ENOMEM`, `EMFILE`, `ENFILE`), which is also `ACE_LOW_MEMORY_ERROR`.
     public static func posix(_ errno: Int32, _ what: @autoclosure () -> String) -> SecureFileError {
-        SecureFileError(code: .noError, errno: errno, message: "\(what()): \(String(cString: strerror(errno)))")
+        let exhausted = errno == ENOMEM || errno == EMFILE || errno == ENFILE
+        return SecureFileError(code: exhausted ? .lowMemory : .noError, errno: errno,
+                               message: "\(what()): \(String(cString: strerror(errno)))")
+    }
+
+    /// A failed key operation: out of guarded memory is `ENOMEM` + `ACE_LOW_MEMORY_ERROR`, anything
+    /// else (OpenSSL refusing a key) `ACE_INTERNAL_ERROR`.
+    public static func crypto(_ error: CryptoError, _ what: @autoclosure () -> String) -> SecureFileError {
+        if case .outOfMemory = error { return SecureFileError(code: .lowMemory, message: "\(what()): \(error): ACE_LOW_MEMORY_ERROR") }
+        return .ace(.internalError, "\(what()) (\(error))")
+    }
+
+    /// A key provider's failure: no keys, out of memory, or a bad key selection.
+    public static func services(_ error: SecureServicesError, _ what: @autoclosure () -> String) -> SecureFileError {
+        switch error.code {
+        case .noKeys: return .ace(.noKeys, "\(what()): \(error.message)")
+        case .outOfMemory: return .ace(.lowMemory, "\(what()): \(error.message)")
+        default: return .ace(.invalidArgument, "\(what()): \(error.message)")
+        }
     }
 
     public static func ace(_ code: ACErrorCode, _ what: @autoclosure () -> String) -> SecureFileError {

@@ -71,9 +71,7 @@ extension SecureFileSystem {
                               services: (any KeyProvider)? = nil) throws(SecureFileError) {
         let provider = try SecureFile.resolveServices(services, path)
         let kek: KeyEncryptionKey
-        do { kek = try provider.keyEncryptionKey(for: to) } catch {
-            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
-        }
+        do { kek = try provider.keyEncryptionKey(for: to) } catch { throw .services(error, path) }
         try rewrap(path, from: from, toKey: kek, recordAs: to, services: provider)
     }
 

@@ -36,7 +36,7 @@ extension SharedFile {
                 endCoordinated()
                 throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
             }
-            setLayout(h.layout)
+            do { try setLayout(h.layout) } catch { endCoordinated(); throw error }
             header = h
             keyGeneration = 0
             cipher = nil

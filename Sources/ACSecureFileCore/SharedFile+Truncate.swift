@@ -64,18 +64,17 @@ extension SharedFile {
     /// file followed by old-generation bytes that no longer authenticate (docs/FORMAT.md "Empty files").
     func startNewGeneration() throws(SecureFileError) {
         let kek: KeyEncryptionKey
-        do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
-            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
-        }
-        let newKey = SecureBytes(randomCount: 32)
+        do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
+        let newKey: SecureBytes
+        do { newKey = try SecureBytes(randomCount: 32) } catch { throw .crypto(error, "\(path): data key") }
         // A new generation is a new file: a version 1 file becomes a current-version file here.
         let newLayout = FileLayout(chunkShift: layout.chunkShift)
         let newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
         let newCipher: ChunkKeys
         do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
-            throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
+            throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
-        setLayout(newLayout)
+        try setLayout(newLayout)
         cipher = newCipher
         dataKey = newKey
         header = newHeader

@@ -94,14 +94,19 @@ final class SharedFile: @unchecked Sendable {
 
     /// A state with no file behind it yet: `OpenFiles` creates it under its table lock (no I/O)
     /// and loads it afterwards with only this file's lock held.
-    init(identity: Identity, services: any KeyProvider, keySelection: KeySelection, path: String) {
+    /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` when no guarded memory is left for its buffers.
+    init(identity: Identity, services: any KeyProvider, keySelection: KeySelection, path: String) throws(SecureFileError) {
         self.identity = identity
         self.services = services
         self.keySelection = keySelection
         self.path = path
         self.layout = FileLayout()
-        self.cache = SecureBuffer(count: layout.chunkSize)
-        self.work = SecureBuffer(count: layout.chunkSize)
+        do throws(CryptoError) {
+            self.cache = try SecureBuffer(count: layout.chunkSize)
+            self.work = try SecureBuffer(count: layout.chunkSize)
+        } catch {
+            throw .crypto(error, "\(path): chunk buffers")
+        }
     }
 
     deinit {
@@ -114,12 +119,16 @@ final class SharedFile: @unchecked Sendable {
     }
 
     /// Adopts the chunk size of the file's header (the buffers were made for the default).
-    func setLayout(_ newLayout: FileLayout) {
-        let resize = newLayout.chunkSize != layout.chunkSize
+    func setLayout(_ newLayout: FileLayout) throws(SecureFileError) {
+        guard newLayout.chunkSize != layout.chunkSize else { layout = newLayout; return }
+        do throws(CryptoError) {
+            let newCache = try SecureBuffer(count: newLayout.chunkSize)
+            let newWork = try SecureBuffer(count: newLayout.chunkSize)
+            (cache, work) = (newCache, newWork)
+        } catch {
+            throw .crypto(error, "\(path): chunk buffers")
+        }
         layout = newLayout
-        guard resize else { return }
-        cache = SecureBuffer(count: layout.chunkSize)
-        work = SecureBuffer(count: layout.chunkSize)
     }
 
     var chunkSize: Int { layout.chunkSize }
@@ -138,14 +147,13 @@ final class SharedFile: @unchecked Sendable {
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
-            throw error.code == .noKeys ? .ace(.noKeys, "\(path): secure services are unavailable")
-                                        : .ace(.invalidArgument, "\(path): \(error.message)")
+            throw error.code == .noKeys ? .ace(.noKeys, "\(path): secure services are unavailable") : .services(error, path)
         }
-        guard let dataKey = header.unwrap(with: kek) else {
+        guard let dataKey = try header.unwrap(with: kek, path: path) else {
             throw .ace(.badKeyOrCorruptData, "\(path): the file key does not unwrap with the \(keySelection) key")
         }
         do { cipher = try ChunkKeys(dataKey: dataKey, selectors: header.layout.selectorSize > 0) } catch {
-            throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
+            throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
         self.dataKey = dataKey
         keyGeneration = generation
@@ -188,13 +196,12 @@ final class SharedFile: @unchecked Sendable {
     func initializeIfNeeded() throws(SecureFileError) {
         guard header == nil else { return }
         let kek: KeyEncryptionKey
-        do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
-            throw .ace(error.code == .noKeys ? .noKeys : .invalidArgument, "\(path): \(error.message)")
-        }
-        let dataKey = SecureBytes(randomCount: 32)
+        do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
+        let dataKey: SecureBytes
+        do { dataKey = try SecureBytes(randomCount: 32) } catch { throw .crypto(error, "\(path): data key") }
         let newHeader = try FileHeader.create(layout: layout, kek: kek, dataKey: dataKey)
         do { cipher = try ChunkKeys(dataKey: dataKey, selectors: layout.selectorSize > 0) } catch {
-            throw .ace(.internalError, "\(path): cannot set up AES-GCM (\(error))")
+            throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
         self.dataKey = dataKey
         header = newHeader

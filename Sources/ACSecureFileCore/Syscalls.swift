@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+@_spi(Testing) import ACCrypto
 
 /// Every system call the engine makes goes through here: one place that retries `EINTR`, finishes
 /// short reads and writes, and (for tests) can be made to fail.
@@ -199,6 +200,13 @@ public enum SecureFileTesting {
     public static var faultInjector: (@Sendable (Call) -> Fault?)? {
         get { Sys.faultInjector }
         set { Sys.faultInjector = newValue }
+    }
+
+    /// While `on`, every new guarded buffer fails (`SecureBytes.simulateGuardedMemoryExhaustion`),
+    /// as when the process is out of mappings or address space. Set it only while no other thread
+    /// uses the engine.
+    public static func simulateGuardedMemoryExhaustion(_ on: Bool) {
+        SecureBytes.simulateGuardedMemoryExhaustion(on)
     }
 
     /// As `faultInjector`, with each transfer's byte count and offset (0 for other calls).

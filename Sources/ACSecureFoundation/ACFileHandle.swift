@@ -386,7 +386,7 @@ public final class ACFileHandle: @unchecked Sendable {
 
     /// `ACErrorDomain ACE_NO_KEYS_ERROR (1): message`,
     /// `NSPOSIXErrorDomain errno 9 (Bad file descriptor): message`.
-    static func describe(_ error: Error) -> String {
+    package static func describe(_ error: Error) -> String {
         let e = error as NSError
         func posix(_ code: Int) -> String { "errno \(code) (\(String(cString: strerror(Int32(truncatingIfNeeded: code)))))" }
         var detail = "(\(e.code))"

@@ -116,7 +116,10 @@ public final class SecureServices: Sendable {
             guard hasPasscode || !requireProtectedStore else {
                 throw SecureServicesError(.invalidArgument, "\(self.storeDirectory): a protected store is required, but no passcode was given to create one")
             }
-            let seed = SecureBytes(randomCount: SeedStore.seedSize)
+            let seed: SecureBytes
+            do { seed = try SecureBytes(randomCount: SeedStore.seedSize) } catch {
+                throw .crypto(error, "\(self.storeDirectory): cannot make a seed")
+            }
             try store.save(seed: seed, passcode: passcode, cost: argonCost)
             becomeAvailable(seed: seed)
         } else {
@@ -169,7 +172,10 @@ public final class SecureServices: Sendable {
                                           + "ACSecureServicesStart (C) with your app ID, or set ACSECURE_APP_ID (and ACSECURE_HOME; "
                                           + "ACSECURE_CREATE_STORE=1 to create a new store) to start them from the environment")
             }
-            let pass = environment("ACSECURE_PASSCODE").flatMap { $0.isEmpty ? nil : SecureBytes(copying: Array($0.utf8)) }
+            var pass: SecureBytes?
+            if let p = environment("ACSECURE_PASSCODE"), !p.isEmpty {
+                do throws(CryptoError) { pass = try SecureBytes(copying: Array(p.utf8)) } catch { throw .crypto(error, "ACSECURE_PASSCODE") }
+            }
             let s = try SecureServices(appID: appID, passcode: pass,
                                        requireProtectedStore: environmentFlag("ACSECURE_REQUIRE_PROTECTED_STORE"),
                                        createStoreIfMissing: environmentFlag("ACSECURE_CREATE_STORE"))
@@ -363,7 +369,7 @@ public final class SecureServices: Sendable {
         let (key, generation) = try derive(info: info)
         let kek: KeyEncryptionKey
         do { kek = try KeyEncryptionKey(key: key, keyClass: keyClass) } catch {
-            throw SecureServicesError(.storeIO, "key fingerprint: \(error)")
+            throw .crypto(error, "key fingerprint")
         }
         // Cached only if the seed it comes from is still installed (no lock() in between).
         state.withLock { s in
@@ -380,8 +386,8 @@ public final class SecureServices: Sendable {
         // it or finds no seed.
         let derived: Result<(SecureBytes, UInt64), SecureServicesError> = state.withLock { s in
             guard let seed = s.seed else { return .failure(.noKeys()) }
-            do { return .success((try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info), s.generation)) } catch {
-                return .failure(SecureServicesError(.storeIO, "key derivation failed: \(error)"))
+            do throws(CryptoError) { return .success((try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info), s.generation)) } catch {
+                return .failure(.crypto(error, "key derivation failed"))
             }
         }
         noteActivity()

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+
 /// Errors of the secure services (store, seed, passcode).
 public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Sendable {
     public enum Code: Sendable, Equatable {
@@ -11,6 +16,8 @@ public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Se
         case corruptStore
         /// The store could not be read or written (`errno` says why).
         case storeIO
+        /// No memory (guarded memory for a key, or Argon2id's memory) was left: `errno` is `ENOMEM`.
+        case outOfMemory
     }
 
     public var code: Code
@@ -26,4 +33,10 @@ public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Se
     public var description: String { message }
 
     static func noKeys(_ why: String = "secure services are unavailable") -> Self { .init(.noKeys, why) }
+
+    /// A failed key operation: `.outOfMemory` (ENOMEM) when memory ran out, else `fallback`.
+    static func crypto(_ error: CryptoError, _ what: String, fallback: Code = .storeIO) -> Self {
+        if case .outOfMemory = error { return .init(.outOfMemory, "\(what): \(error)", errno: ENOMEM) }
+        return .init(fallback, "\(what): \(error)")
+    }
 }

@@ -54,7 +54,8 @@ struct SeedStore {
     /// released; only the seed itself is kept, as `SecureBytes`.
     func load() throws(SecureServicesError) -> Sealed {
         try checkDirectoryIsPrivate()
-        let buffer = SecureBuffer(count: Self.maximumFileSize)
+        let buffer: SecureBuffer
+        do { buffer = try SecureBuffer(count: Self.maximumFileSize) } catch { throw .crypto(error, "\(seedPath): cannot read the seed file") }
         defer {
             buffer.wipe()
             #if DEBUG
@@ -93,8 +94,11 @@ struct SeedStore {
         switch Protection(rawValue: bytes[5]) {
         case .none?:
             guard bytes.count == 6 + Self.seedSize else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
-            return Sealed(protection: .none, cost: .minimum, salt: [], payload: [], aad: [],
-                          seed: SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[6...])))
+            let seed: SecureBytes
+            do { seed = try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[6...])) } catch {
+                throw .crypto(error, "\(seedPath): cannot hold the seed")
+            }
+            return Sealed(protection: .none, cost: .minimum, salt: [], payload: [], aad: [], seed: seed)
         case .passcode?:
             let fixed = 6 + 8 + 8 + Argon2id.saltSize
             guard bytes.count == fixed + 12 + Self.seedSize + 16 else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
@@ -125,12 +129,14 @@ struct SeedStore {
             do {
                 let kek = try Argon2id.deriveKey(passcode: passcode, salt: sealed.salt, cost: sealed.cost)
                 let ctx = try AESGCMContext(key: kek)
-                guard let seed = sealed.payload.withUnsafeBytes({ ctx.openSealed($0, aad: sealed.aad) }), seed.count == Self.seedSize else {
+                guard let seed = try ctx.openSealed(sealed.payload, aad: sealed.aad), seed.count == Self.seedSize else {
                     throw SecureServicesError(.wrongPasscode, "wrong passcode")
                 }
                 return seed
             } catch let e as SecureServicesError {
                 throw e
+            } catch let e as CryptoError {
+                throw .crypto(e, "cannot derive the passcode key")
             } catch {
                 throw SecureServicesError(.storeIO, "cannot derive the passcode key: \(error)")
             }

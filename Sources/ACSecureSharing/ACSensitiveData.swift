@@ -14,14 +14,39 @@ import ACCrypto
 ///   use `withUnsafeBytes` instead.
 /// - With `AC_SENSITIVE_DATA_MAX_LIFETIME` set, objects that live too long are reported
 ///   (see `ACSensitiveDataLifetimeCheck`).
+/// - Its initializers are `NSData`'s, which cannot fail: when no guarded memory is left they stop the
+///   program with a message naming the class (as `NSData` does when `malloc` fails). To fail instead,
+///   make the `SecureBytes` first (`SecureBytes(copying:)` throws `CryptoError.outOfMemory`) and
+///   pass it to `init(adopting:)`.
 open class ACSensitiveData: NSData {
     /// Guarded storage; `storedLength` bytes of it are the contents (a mutable object keeps spare capacity).
-    var storage: SecureBuffer
+    var storage: Storage
+
+    /// Adopted key material (never written), or a buffer of this object's own, which
+    /// `ACSensitiveMutableData` writes in place (a mutable object always owns its buffer).
+    enum Storage {
+        case adopted(SecureBytes)
+        case owned(SecureBuffer)
+
+        var count: Int {
+            switch self {
+            case .adopted(let b): return b.count
+            case .owned(let b): return b.count
+            }
+        }
+
+        func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+            switch self {
+            case .adopted(let b): return try b.withUnsafeBytes(body)
+            case .owned(let b): return try b.withUnsafeBytes(body)
+            }
+        }
+    }
     var storedLength: Int
 
     /// An empty object.
     public override init() {
-        storage = SecureBuffer(count: 0)
+        storage = .owned(guardedBuffer(count: 0))
         storedLength = 0
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -31,7 +56,7 @@ open class ACSensitiveData: NSData {
     public override init(bytes: UnsafeRawPointer?, length: Int) {
         precondition(length >= 0, "negative length")
         precondition(bytes != nil || length == 0, "nil bytes with a non-zero length")
-        storage = SecureBuffer(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+        storage = .owned(guardedCopy(UnsafeRawBufferPointer(start: bytes, count: length)))
         storedLength = length
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -50,21 +75,24 @@ open class ACSensitiveData: NSData {
     /// A guarded copy of `data` (the caller's `Data` is ordinary memory: prefer the pointer forms).
     public override convenience init(data: Data) {
         self.init(bytes: nil, length: 0)
-        let copy = data.withUnsafeBytes { SecureBuffer(copying: $0) }
-        storage = copy
+        let copy = data.withUnsafeBytes { guardedCopy($0) }
+        storage = .owned(copy)
         storedLength = copy.count
     }
 
-    /// The bytes of `secureBytes`, in a guarded copy: this object's storage may be written in place
-    /// (`ACSensitiveMutableData`), which shared key material never is.
-    public convenience init(adopting secureBytes: SecureBytes) {
-        self.init(storage: secureBytes.withUnsafeBytes { SecureBuffer(copying: $0) })
+    /// Keeps `secureBytes` as the contents (no copy: key material is never written, and this object
+    /// does not write it either).
+    public init(adopting secureBytes: SecureBytes) {
+        storage = .adopted(secureBytes)
+        storedLength = secureBytes.count
+        super.init()
+        ACSensitiveDataLifetimeCheck.register(self)
     }
 
-    /// Takes ownership of `storage` (no copy).
-    init(storage: SecureBuffer) {
-        self.storage = storage
-        storedLength = storage.count
+    /// Takes ownership of `buffer` (no copy).
+    init(owning buffer: SecureBuffer) {
+        storage = .owned(buffer)
+        storedLength = buffer.count
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
     }
@@ -76,7 +104,7 @@ open class ACSensitiveData: NSData {
 
     deinit {
         ACSensitiveDataLifetimeCheck.unregister(self)
-        // `storage` is zeroed and released by SecureBuffer's deinit.
+        // `storage` is zeroed and released by its own deinit (SecureBytes or SecureBuffer).
     }
 
     // MARK: NSData primitives
@@ -92,8 +120,9 @@ open class ACSensitiveData: NSData {
     }
 
     /// The contents as a new `SecureBytes` (guarded).
-    public func secureBytes() -> SecureBytes {
-        withUnsafeBytes { SecureBytes(copying: $0) }
+    /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
+    public func secureBytes() throws(CryptoError) -> SecureBytes {
+        try withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(CryptoError) in try SecureBytes(copying: b) }
     }
 
     // MARK: no leaks through NSObject
@@ -140,7 +169,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
     /// An empty object with room for `capacity` bytes.
     public init(capacity: Int) {
         precondition(capacity >= 0, "negative capacity")
-        super.init(storage: SecureBuffer(count: capacity))
+        super.init(owning: guardedBuffer(count: capacity))
         storedLength = 0
     }
 
@@ -155,7 +184,13 @@ open class ACSensitiveMutableData: ACSensitiveData {
     public required init?(coder: NSCoder) { return nil }
 
     /// The contents, writable; valid until the length next grows.
-    public var mutableBytes: UnsafeMutableRawPointer { storage.withUnsafeMutableBytes { $0.baseAddress! } }
+    public var mutableBytes: UnsafeMutableRawPointer { buffer.withUnsafeMutableBytes { $0.baseAddress! } }
+
+    /// The buffer this object owns and writes in place.
+    private var buffer: SecureBuffer {
+        guard case .owned(let b) = storage else { preconditionFailure("ACSensitiveMutableData: storage not owned") }
+        return b
+    }
 
     open override var length: Int {
         get { storedLength }
@@ -168,7 +203,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
         if newLength > storage.count {
             grow(to: newLength)
         } else if newLength < storedLength {
-            storage.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[newLength..<storedLength])) }
+            buffer.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[newLength..<storedLength])) }
         }
         storedLength = newLength
     }
@@ -210,12 +245,25 @@ open class ACSensitiveMutableData: ACSensitiveData {
 
     private func grow(to needed: Int) {
         let capacity = Swift.max(needed, storage.count * 2, 32)
-        let bigger = SecureBuffer(count: capacity)
+        let bigger = guardedBuffer(count: capacity)
         storage.withUnsafeBytes { old in
             bigger.withUnsafeMutableBytes { new in
                 if storedLength > 0 { new.baseAddress!.copyMemory(from: old.baseAddress!, byteCount: storedLength) }
             }
         }
-        storage = bigger  // the old buffer is zeroed and freed
+        storage = .owned(bigger)  // the old buffer is zeroed and freed
     }
+}
+
+/// Guarded memory for `NSData`-shaped initializers and mutators, which cannot fail.
+private func guardedBuffer(count: Int) -> SecureBuffer {
+    do { return try SecureBuffer(count: count) } catch {
+        fatalError("ACSensitiveData: \(error); make the SecureBytes yourself (it throws) and use ACSensitiveData(adopting:)")
+    }
+}
+
+private func guardedCopy(_ bytes: UnsafeRawBufferPointer) -> SecureBuffer {
+    let b = guardedBuffer(count: bytes.count)
+    b.withUnsafeMutableBytes { if let src = bytes.baseAddress, bytes.count > 0 { $0.baseAddress!.copyMemory(from: src, byteCount: bytes.count) } }
+    return b
 }

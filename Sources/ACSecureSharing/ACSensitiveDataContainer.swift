@@ -20,9 +20,11 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
 
     private static func context(_ ctx: inout AESGCMContext?) -> AESGCMContext {
         if let ctx { return ctx }
-        // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown.
-        guard let c = try? AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) else {
-            fatalError("AES-GCM context setup failed")
+        // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown
+        // or no guarded memory left (this NSObject-shaped API cannot fail: see ACSensitiveData).
+        let c: AESGCMContext
+        do { c = try AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) } catch {
+            fatalError("ACSensitiveDataContainer: AES-GCM context setup failed: \(error)")
         }
         ctx = c
         return c
@@ -30,15 +32,15 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
 
     private static func seal(_ secret: SecureBytes, id: [UInt8]) -> [UInt8] {
         processKey.withLock { ctx in
-            guard let s = try? context(&ctx).sealWithRandomNonce(secret, aad: id) else { fatalError("AES-GCM seal failed") }
-            return s
+            do { return try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try context(&ctx).sealWithRandomNonce(s, aad: id) } } catch {
+                fatalError("ACSensitiveDataContainer: AES-GCM seal failed: \(error)")
+            }
         }
     }
 
-    private static func open(_ sealed: [UInt8], id: [UInt8]) -> SecureBytes? {
+    private static func open(_ sealed: [UInt8], id: [UInt8]) -> Result<SecureBytes?, CryptoError> {
         processKey.withLock { ctx in
-            let c = context(&ctx)
-            return sealed.withUnsafeBytes { c.openSealed($0, aad: id) }
+            do throws(CryptoError) { return .success(try context(&ctx).openSealed(sealed, aad: id)) } catch { return .failure(error) }
         }
     }
 
@@ -46,7 +48,9 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     public init(data: ACSensitiveData) {
         id = SecureRandom.bytes(16)
         length = data.length
-        let secret = data.secureBytes()
+        // A guarded copy to hand to the lock (key material is Sendable; the object's storage is not).
+        let secret: SecureBytes
+        do { secret = try data.secureBytes() } catch { fatalError("ACSensitiveDataContainer: \(error)") }
         sealed = Self.seal(secret, id: id)
         super.init()
     }
@@ -58,8 +62,13 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
 
     /// A new `ACSensitiveData` with the contents.
     public var data: ACSensitiveData {
-        let opened = Self.open(sealed, id: id)
-        // The sealed bytes are private to this object and the key never changes: failure is memory corruption.
+        // The sealed bytes are private to this object and the key never changes: failure is memory corruption
+        // (or no guarded memory left: this property cannot fail, see ACSensitiveData).
+        let opened: SecureBytes?
+        switch Self.open(sealed, id: id) {
+        case .success(let o): opened = o
+        case .failure(let e): fatalError("ACSensitiveDataContainer.data: \(e)")
+        }
         guard let opened else { fatalError("ACSensitiveDataContainer: sealed contents do not authenticate") }
         return ACSensitiveData(adopting: opened)
     }

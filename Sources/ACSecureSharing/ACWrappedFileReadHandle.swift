@@ -4,17 +4,22 @@ import Glibc
 import Foundation
 import ACCrypto
 import ACSecureFileCore
+import ACSecureFoundation
 import ACSecureSharingCore
 
 /// Reads a wrapped file's original bytes (the reference's `ACWrappedFileReadHandle`), with the read
 /// methods of `ACFileHandle`/`FileHandle`. Offsets count from the first byte of the original file (the
 /// name record is invisible). A failed read never returns partial or unauthenticated bytes.
 ///
-/// Spellings follow `ACFileHandle`: the throwing `FileHandle` forms `read(upToCount:)`, `readToEnd()`,
-/// `seek(toOffset:)`, `seekToEnd()`, `offset()`, `close()` throw `NSError`s; `offsetInFile` and
-/// `closeFile()` are the plain forms. `readData(ofLength:)`, `readDataToEndOfFile()`,
-/// `availableData`, `seek(toFileOffset:)` and `seekToEndOfFile()` still throw (the C API's
-/// descriptor table calls them with `try`); see docs/PORTING.md.
+/// Spellings follow `ACFileHandle` (docs/PORTING.md):
+/// - the reference's plain methods, with `FileHandle`'s signatures: `readData(ofLength:)`,
+///   `readDataToEndOfFile()`, `availableData`, `seek(toFileOffset:)`, `seekToEndOfFile()`,
+///   `offsetInFile`, `closeFile()`. They work, and on an error they stop the program with a message
+///   naming `ACWrappedFileReadHandle`, the error and the throwing method to use instead (the
+///   reference raises an exception);
+/// - the throwing forms, as Foundation spells them: `read(upToCount:)`, `readToEnd()`,
+///   `seek(toOffset:)`, `seekToEnd()`, `offset()`, `close()`, which throw `NSError`s
+///   (`ACErrorDomain` with the `ACE_*` code, or `NSPOSIXErrorDomain` with the errno).
 /// Safe to use from several threads (calls are serialised).
 public final class ACWrappedFileReadHandle: @unchecked Sendable {
     /// The name the extension gave the file (authenticated: it was encrypted with the contents).
@@ -43,71 +48,73 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
         get throws { try locked { () throws(SecureFileError) in UInt64(try contentLength()) } }
     }
 
-    // MARK: reading
+    // MARK: the reference's plain methods (FileHandle's signatures; stop the program on an error)
 
-    /// Up to `length` bytes from the current offset; empty at the end of the file.
-    public func readData(ofLength length: Int) throws -> Data {
-        guard length >= 0 else { throw ACSharingErrors.invalidArgument("\(file.path): negative read length") }
-        return try locked { () throws(SecureFileError) in try read(max: length) }
+    /// Up to `length` bytes from the current offset; empty at the end of the file. Stops the
+    /// program on an error: use `read(upToCount:)`.
+    public func readData(ofLength length: Int) -> Data {
+        orStop("readData(ofLength:)", instead: "read(upToCount:)") { try performRead(upTo: length) }
     }
 
-    /// Everything from the current offset to the end.
-    public func readDataToEndOfFile() throws -> Data {
-        try locked { () throws(SecureFileError) in
-            let remaining = max(0, try contentLength() - position)
-            return try read(max: Int(clamping: remaining))
-        }
+    /// Everything from the current offset to the end. Stops the program on an error: use `readToEnd()`.
+    public func readDataToEndOfFile() -> Data {
+        orStop("readDataToEndOfFile()", instead: "readToEnd()") { try performRead(upTo: Int.max) }
     }
 
-    /// `FileHandle.availableData`: for a file, the rest of it.
+    /// `FileHandle.availableData`: for a file, the rest of it (empty at the end). Stops the program
+    /// on an error: use `readToEnd()`.
     public var availableData: Data {
-        get throws { try readDataToEndOfFile() }
+        orStop("availableData", instead: "readToEnd()") { try performRead(upTo: Int.max) }
     }
 
-    /// `FileHandle.read(upToCount:)`: nil at the end of the file.
+    /// Moves to `offset` (it may be past the end: reads there return no bytes). Stops the program
+    /// on an error: use `seek(toOffset:)`.
+    public func seek(toFileOffset offset: UInt64) {
+        orStop("seek(toFileOffset:)", instead: "seek(toOffset:)") { try performSeek(to: offset) }
+    }
+
+    /// Moves to the end; returns the new offset (the file's length). Stops the program on an
+    /// error: use `seekToEnd()`.
+    @discardableResult
+    public func seekToEndOfFile() -> UInt64 {
+        orStop("seekToEndOfFile()", instead: "seekToEnd()") { try performSeekToEnd() }
+    }
+
+    /// The current offset. Stops the program on a closed handle: use `offset()`.
+    public var offsetInFile: UInt64 {
+        orStop("offsetInFile", instead: "offset()") { try offset() }
+    }
+
+    /// Closes the handle. Stops the program on an error: use `close()`.
+    public func closeFile() {
+        orStop("closeFile()", instead: "close()") { try close() }
+    }
+
+    // MARK: the throwing forms, spelled as FileHandle's throwing API
+
+    /// Up to `count` bytes from the current offset; nil at the end of the file (`readDataOfLength:error:`).
     public func read(upToCount count: Int) throws -> Data? {
-        let d = try readData(ofLength: count)
+        let d = try performRead(upTo: count)
         return d.isEmpty && count > 0 ? nil : d
     }
 
-    /// `FileHandle.readToEnd()`: nil at the end of the file.
+    /// Everything from the current offset; nil at the end of the file (`readDataToEndOfFileWithError:`).
     public func readToEnd() throws -> Data? {
-        let d = try readDataToEndOfFile()
+        let d = try performRead(upTo: Int.max)
         return d.isEmpty ? nil : d
     }
 
-    // MARK: offset
-
-    /// The current offset (0 after the handle is closed).
-    public var offsetInFile: UInt64 { lock.withLock { UInt64(position) } }
-
-    public func offset() throws -> UInt64 {
-        try locked { () throws(SecureFileError) in UInt64(position) }
-    }
-
     /// Moves to `offset` (it may be past the end: reads there return no bytes).
-    public func seek(toFileOffset offset: UInt64) throws {
-        guard let o = Int64(exactly: offset), o <= SecureFile.maximumFileSize else {
-            throw ACSharingErrors.make(SecureFileError(code: .fileTooBig, errno: EINVAL, message: "\(file.path): offset \(offset) is too large"))
-        }
-        try locked { () throws(SecureFileError) in position = o }
-    }
-
-    public func seek(toOffset offset: UInt64) throws { try seek(toFileOffset: offset) }
+    public func seek(toOffset offset: UInt64) throws { try performSeek(to: offset) }
 
     /// Moves to the end; returns the new offset (the file's length).
     @discardableResult
-    public func seekToEndOfFile() throws -> UInt64 {
-        try locked { () throws(SecureFileError) in
-            position = try contentLength()
-            return UInt64(position)
-        }
+    public func seekToEnd() throws -> UInt64 { try performSeekToEnd() }
+
+    /// The current offset; fails with `EBADF` after close.
+    public func offset() throws -> UInt64 {
+        try locked { () throws(SecureFileError) in UInt64(position) }
     }
-
-    @discardableResult
-    public func seekToEnd() throws -> UInt64 { try seekToEndOfFile() }
-
-    // MARK: closing
 
     /// Closes the handle; later calls fail with `EBADF`. Closing twice is harmless.
     public func close() throws {
@@ -119,16 +126,38 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
         }
     }
 
-    /// `FileHandle.closeFile()`. Stops the program on an error (the reference raises an
-    /// exception): use the throwing `close()` to handle it.
-    public func closeFile() {
-        do { try close() } catch {
-            fatalError("ACWrappedFileReadHandle.closeFile() failed on \(file.path): \((error as NSError).domain) (\((error as NSError).code)): "
-                       + "\((error as NSError).localizedDescription). Use the throwing ACWrappedFileReadHandle.close() and handle the error")
+    // MARK: implementation
+
+    /// Runs a plain method's body; an error stops the program with a message that names this
+    /// class, the method, the file, the error and the throwing method that reports it instead.
+    private func orStop<R>(_ method: String, instead: String, _ body: () throws -> R) -> R {
+        do { return try body() } catch {
+            fatalError("ACWrappedFileReadHandle.\(method) failed on \(file.path): \(ACFileHandle.describe(error)). "
+                       + "The plain FileHandle methods cannot report errors; use the throwing ACWrappedFileReadHandle.\(instead) and handle the error")
         }
     }
 
-    // MARK: private
+    private func performRead(upTo count: Int) throws -> Data {
+        guard count >= 0 else { throw ACSharingErrors.invalidArgument("\(file.path): negative read length") }
+        return try locked { () throws(SecureFileError) in
+            let remaining = max(0, try contentLength() - position)
+            return try read(max: Int(clamping: min(Int64(count), remaining)))
+        }
+    }
+
+    private func performSeek(to offset: UInt64) throws {
+        guard let o = Int64(exactly: offset), o <= SecureFile.maximumFileSize else {
+            throw ACSharingErrors.make(SecureFileError(code: .fileTooBig, errno: EINVAL, message: "\(file.path): offset \(offset) is too large"))
+        }
+        try locked { () throws(SecureFileError) in position = o }
+    }
+
+    private func performSeekToEnd() throws -> UInt64 {
+        try locked { () throws(SecureFileError) in
+            position = try contentLength()
+            return UInt64(position)
+        }
+    }
 
     private func locked<R>(_ body: () throws(SecureFileError) -> R) throws -> R {
         try lock.withLock {

@@ -29,7 +29,7 @@ import ACSecureFileCore
     /// Encodes a crypto block for `key` (32 bytes), as the provider app hands it out.
     public static func encode(key: [UInt8], group: Bool) throws -> [UInt8] {
         let kek = try KeyEncryptionKey(key: SecureBytes(copying: key), keyClass: .cryptoBlock)
-        let data = CryptoBlock(scope: group ? .group : .allApps, kek: kek).encoded()
+        let data = try CryptoBlock(scope: group ? .group : .allApps, kek: kek).encoded()
         return data.withUnsafeBytes { Array($0) }
     }
 }

@@ -55,7 +55,8 @@ public enum SecureSharing {
         let temporary = try SiblingFiles.temporarySibling(of: path, purpose: "rotate")
         let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, key: key, services: services)
         do throws(SecureFileError) {
-            let buffer = SecureBuffer(count: 1 << 20)
+            let buffer: SecureBuffer
+            do { buffer = try SecureBuffer(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
             try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
                 var at: Int64 = 0
                 while true {

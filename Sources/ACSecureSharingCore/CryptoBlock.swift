@@ -37,18 +37,22 @@ package struct CryptoBlock {
     }
 
     /// Encodes into guarded memory.
-    package func encoded() -> SecureBytes {
+    /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` when no guarded memory is left.
+    package func encoded() throws(SecureFileError) -> SecureBytes {
         var head = Self.magic + [Self.version, scope.rawValue, 0, 0] + kek.fingerprint
         precondition(head.count == 24, "crypto block header layout")
-        let out = SecureBytes(count: Self.size) { o in
-            head.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            kek.key.withUnsafeBytes { k in
-                precondition(k.count == 32, "crypto block key size")
-                (o.baseAddress! + 24).copyMemory(from: k.baseAddress!, byteCount: k.count)
+        defer { head.withUnsafeMutableBytes { secureZero($0) } }
+        do {
+            return try SecureBytes(count: Self.size) { o in
+                head.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+                kek.key.withUnsafeBytes { k in
+                    precondition(k.count == 32, "crypto block key size")
+                    (o.baseAddress! + 24).copyMemory(from: k.baseAddress!, byteCount: k.count)
+                }
             }
+        } catch {
+            throw .crypto(error, "crypto block")
         }
-        head.withUnsafeMutableBytes { secureZero($0) }
-        return out
     }
 
     /// Parses untrusted bytes.
@@ -66,10 +70,12 @@ package struct CryptoBlock {
         guard let scope = Scope(rawValue: bytes[5]), bytes[6] == 0, bytes[7] == 0 else {
             throw invalid("malformed crypto block (scope or reserved bytes)")
         }
-        let key = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[24..<56]))
         let kek: KeyEncryptionKey
-        do { kek = try KeyEncryptionKey(key: key, keyClass: .cryptoBlock) } catch {
-            throw .ace(.internalError, "crypto block key setup failed")
+        do {
+            let key = try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[24..<56]))
+            kek = try KeyEncryptionKey(key: key, keyClass: .cryptoBlock)
+        } catch {
+            throw .crypto(error, "crypto block key setup failed")
         }
         let stored = UnsafeRawBufferPointer(rebasing: bytes[8..<24])
         guard kek.fingerprint.withUnsafeBytes({ constantTimeEqual($0, stored) }) else {

@@ -20,13 +20,14 @@ package enum WrappedFiles {
     ///   for an empty group ID.
     package static func cryptoBlock(sharedGroupID: String?, services: SecureServices?) throws(SecureFileError) -> SecureBytes {
         let context = "getCryptoKeysForACFileEncryption(sharedGroupID:)"
+        let kek: KeyEncryptionKey
         do throws(SecureServicesError) {
             let provider = try currentServices(services)
-            let kek = try provider.wrappedFileKeyEncryptionKey(groupID: sharedGroupID)
-            return CryptoBlock(scope: sharedGroupID == nil ? .allApps : .group, kek: kek).encoded()
+            kek = try provider.wrappedFileKeyEncryptionKey(groupID: sharedGroupID)
         } catch {
             throw SecureFileError(error, context)
         }
+        return try CryptoBlock(scope: sharedGroupID == nil ? .allApps : .group, kek: kek).encoded()
     }
 
     /// `services`, or the process's (started from the environment if needed).
@@ -56,7 +57,8 @@ package enum WrappedFiles {
         do throws(SecureFileError) {
             let record = WrappedFileLayout.record(name: name)
             _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
-            let buffer = SecureBuffer(count: 256 << 10)
+            let buffer: SecureBuffer
+            do { buffer = try SecureBuffer(count: 256 << 10) } catch { throw .crypto(error, "\(path): read buffer") }
             try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
                 while true {
                     let n = Glibc.read(source, b.baseAddress, b.count)
@@ -265,6 +267,7 @@ extension SecureFileError {
         switch e.code {
         case .noKeys: self = .ace(.noKeys, "\(context): \(e.message)")
         case .invalidArgument: self = .ace(.invalidArgument, "\(context): \(e.message)")
+        case .outOfMemory: self = .ace(.lowMemory, "\(context): \(e.message)")
         case .wrongPasscode, .corruptStore, .storeIO:
             self.init(code: .noKeys, errno: e.errno == 0 ? nil : e.errno, message: "\(context): \(e.message)")
         }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
 
@@ -61,6 +62,7 @@ struct CLIError: Error {
         case .corruptStore: status = .badKeyOrCorrupt; reason = ACErrorCode.badKeyOrCorruptData.name
         case .invalidArgument: status = .usage; reason = ACErrorCode.invalidArgument.name
         case .storeIO: status = .io; reason = error.errno != 0 ? errnoName(error.errno) : ACErrorCode.internalError.name
+        case .outOfMemory: status = .io; reason = "\(errnoName(ENOMEM)), \(ACErrorCode.lowMemory.name)"
         }
         let text = error.message.contains(store) ? error.message : "store \(store): \(error.message)"
         self.init(status, "\(text) (\(reason))")
@@ -75,6 +77,11 @@ struct CLIError: Error {
              .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly:
             return .io
         }
+    }
+
+    /// No guarded memory left for a passcode, key or buffer.
+    init(_ error: CryptoError, _ what: String) {
+        self.init(.io, "\(what): \(error) (\(errnoName(ENOMEM)), \(ACErrorCode.lowMemory.name))")
     }
 
     static func posix(_ err: Int32, _ what: String) -> CLIError {
@@ -108,4 +115,9 @@ func writeStderr(_ text: String) {
         }
         return done
     }
+}
+
+/// Guarded memory for `what` (a buffer, a passcode), or a CLI error saying it ran out.
+func guardedBytes<Bytes>(_ what: String, _ make: () throws(CryptoError) -> Bytes) throws(CLIError) -> Bytes {
+    do { return try make() } catch { throw CLIError(error, what) }
 }

@@ -27,7 +27,7 @@ struct Init: ParsableCommand {
         var passcode: SecureBytes?
         if global.passcodeFromStdin {
             passcode = try Passcode.readLine(fd: 0, what: "passcode")
-        } else if let p = Passcode.fromEnvironment("ACSECURE_PASSCODE"), p.count > 0 {
+        } else if let p = try Passcode.fromEnvironment("ACSECURE_PASSCODE"), p.count > 0 {
             passcode = p
         } else if !noPasscode && Passcode.terminalAvailable && isatty(0) == 1 {
             passcode = try Passcode.promptNew(allowEmpty: true)
@@ -145,7 +145,7 @@ struct Passwd: ParsableCommand {
         if !remove {
             if global.passcodeFromStdin {
                 new = try Passcode.readLine(fd: 0, what: "new passcode")
-            } else if let p = Passcode.fromEnvironment("ACSECURE_NEW_PASSCODE") {
+            } else if let p = try Passcode.fromEnvironment("ACSECURE_NEW_PASSCODE") {
                 new = p
             } else {
                 new = try Passcode.promptNew(allowEmpty: false)
@@ -181,7 +181,8 @@ struct Retire: ParsableCommand {
             let question = "This destroys the store \(global.storeDirectory): every file encrypted with it becomes unreadable for ever.\nType 'retire' to confirm: "
             _ = Array(question.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
             let answer = try Passcode.readLine(fd: fd, what: "confirmation")
-            guard answer == SecureBytes(copying: Array("retire".utf8)) else {
+            let expected = try guardedBytes("confirmation") { () throws(CryptoError) in try SecureBytes(copying: Array("retire".utf8)) }
+            guard answer == expected else {
                 throw CLIError(.usage, "not confirmed; \(global.storeDirectory) was left as it was")
             }
         }

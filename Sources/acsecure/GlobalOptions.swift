@@ -46,7 +46,7 @@ struct GlobalOptions: ParsableArguments {
     /// --passcode-stdin, else a prompt without echo.
     func currentPasscode() throws(CLIError) -> SecureBytes {
         if passcodeFromStdin { return try Passcode.readLine(fd: 0, what: "passcode") }
-        if let p = Passcode.fromEnvironment("ACSECURE_PASSCODE") { return p }
+        if let p = try Passcode.fromEnvironment("ACSECURE_PASSCODE") { return p }
         return try Passcode.prompt("Passcode for the store \(storeDirectory): ", what: "passcode")
     }
 
@@ -60,7 +60,7 @@ struct GlobalOptions: ParsableArguments {
         do {
             // A passcode in the environment means this store must be protected by one: a planted
             // unprotected seed is refused instead of silently used.
-            let passcodeConfigured = !passcodeChange && Passcode.fromEnvironment("ACSECURE_PASSCODE") != nil
+            let passcodeConfigured = !passcodeChange && Passcode.isSet("ACSECURE_PASSCODE")
             return try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: nil,
                                       requireProtectedStore: passcodeConfigured)
         } catch {
@@ -85,7 +85,8 @@ struct GlobalOptions: ParsableArguments {
     func openServicesIfQuietlyPossible() -> SecureServices? {
         guard let services = try? openServicesLocked() else { return nil }
         if services.availability == .available { return services }
-        guard !passcodeFromStdin, let p = Passcode.fromEnvironment("ACSECURE_PASSCODE") else { return nil }
+        // Out of memory here is reported by the command's own unlock later.
+        guard !passcodeFromStdin, let p = try? Passcode.fromEnvironment("ACSECURE_PASSCODE") else { return nil }
         try? services.unlock(passcode: p)
         return services.availability == .available ? services : nil
     }

@@ -30,7 +30,10 @@ enum Passcode {
         byte = 0
         guard sawAnything else { throw CLIError(.usage, "no \(what) given (end of input)") }
         if count > 0 && line[count - 1] == UInt8(ascii: "\r") { count -= 1 }
-        return line.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        let copy: Result<SecureBytes, CryptoError> = line.withUnsafeBytes { l in
+            Result { () throws(CryptoError) in try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: l[0..<count])) }
+        }
+        return try guardedBytes("the \(what)") { () throws(CryptoError) in try copy.get() }
     }
 
     /// Whether a controlling terminal is there to prompt on.
@@ -80,9 +83,15 @@ enum Passcode {
     }
 
     /// The variable's value; nil when unset or empty (an empty passcode is never valid).
-    static func fromEnvironment(_ name: String) -> SecureBytes? {
+    static func fromEnvironment(_ name: String) throws(CLIError) -> SecureBytes? {
         guard let v = getenv(name), v[0] != 0 else { return nil }
-        return SecureBytes(copying: UnsafeRawBufferPointer(start: v, count: strlen(v)))
+        return try guardedBytes("$\(name)") { () throws(CryptoError) in try SecureBytes(copying: UnsafeRawBufferPointer(start: v, count: strlen(v))) }
+    }
+
+    /// Whether the variable is set to a non-empty value.
+    static func isSet(_ name: String) -> Bool {
+        guard let v = getenv(name) else { return false }
+        return v[0] != 0
     }
 }
 

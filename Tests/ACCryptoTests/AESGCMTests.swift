@@ -195,7 +195,7 @@ final class AESGCMTests: XCTestCase {
         n[11] ^= 0x01
         XCTAssertFalse(ctx.open(nonce: n, aad: aad, ciphertext: ct, tag: tag).ok, "nonce changed")
 
-        let otherKey = try AESGCMContext(key: SecureBytes(randomCount: 32))
+        let otherKey = try AESGCMContext(key: try SecureBytes(randomCount: 32))
         XCTAssertFalse(otherKey.open(nonce: nonce, aad: aad, ciphertext: ct, tag: tag).ok, "wrong key")
     }
 
@@ -258,27 +258,27 @@ final class AESGCMTests: XCTestCase {
         XCTAssertFalse(ctx.open(nonce: hex(v.iv), aad: [], ciphertext: [], tag: hex(v.tag)).ok)
     }
 
-    func testInvalidKeySizesAreRejected() {
+    func testInvalidKeySizesAreRejected() throws {
         for n in [0, 16, 24, 31, 33, 64] {
-            XCTAssertThrowsError(try AESGCMContext(key: SecureBytes(count: n)), "key of \(n) bytes") { error in
+            XCTAssertThrowsError(try AESGCMContext(key: try SecureBytes(count: n)), "key of \(n) bytes") { error in
                 XCTAssertEqual(error as? CryptoError, .invalidKeySize)
             }
         }
-        XCTAssertNoThrow(try AESGCMContext(key: SecureBytes(count: 32)))
+        XCTAssertNoThrow(try AESGCMContext(key: try SecureBytes(count: 32)))
     }
 
     // MARK: sealWithRandomNonce / openSealed
 
     func testSealWithRandomNonceRoundTrip() throws {
-        let ctx = try AESGCMContext(key: SecureBytes(randomCount: 32))
-        let secret = SecureBytes(copying: Array(0..<32))
+        let ctx = try AESGCMContext(key: try SecureBytes(randomCount: 32))
+        let secret = try SecureBytes(copying: Array(0..<32))
         let aad = Array("file header v1".utf8)
 
         let sealed = try ctx.sealWithRandomNonce(secret, aad: aad)
         XCTAssertEqual(sealed.count, AESGCMContext.nonceSize + 32 + AESGCMContext.tagSize)
         XCTAssertNotEqual(Array(sealed[12..<44]), Array(0..<32), "the secret must not appear in clear")
 
-        let opened = sealed.withUnsafeBytes { ctx.openSealed($0, aad: aad) }
+        let opened = try ctx.openSealed(sealed, aad: aad)
         XCTAssertEqual(opened?.bytes, Array(0..<32))
         XCTAssertEqual(opened, secret)
 
@@ -295,40 +295,40 @@ final class AESGCMTests: XCTestCase {
     }
 
     func testSealWithRandomNonceEmptyAADAndEmptySecret() throws {
-        let ctx = try AESGCMContext(key: SecureBytes(randomCount: 32))
-        let secret = SecureBytes(randomCount: 48)
+        let ctx = try AESGCMContext(key: try SecureBytes(randomCount: 32))
+        let secret = try SecureBytes(randomCount: 48)
         let sealed = try ctx.sealWithRandomNonce(secret, aad: [])
-        XCTAssertEqual(sealed.withUnsafeBytes { ctx.openSealed($0, aad: []) }, secret)
-        XCTAssertNil(sealed.withUnsafeBytes { ctx.openSealed($0, aad: [0]) })
+        XCTAssertEqual(try ctx.openSealed(sealed, aad: []), secret)
+        XCTAssertNil(try ctx.openSealed(sealed, aad: [0]))
 
-        let empty = try ctx.sealWithRandomNonce(SecureBytes(count: 0), aad: [1, 2, 3])
+        let empty = try ctx.sealWithRandomNonce(try SecureBytes(count: 0), aad: [1, 2, 3])
         XCTAssertEqual(empty.count, 28)
-        let openedEmpty = empty.withUnsafeBytes { ctx.openSealed($0, aad: [1, 2, 3]) }
+        let openedEmpty = try ctx.openSealed(empty, aad: [1, 2, 3])
         XCTAssertNotNil(openedEmpty)
         XCTAssertEqual(openedEmpty?.count, 0)
-        XCTAssertNil(empty.withUnsafeBytes { ctx.openSealed($0, aad: [1, 2]) })
+        XCTAssertNil(try ctx.openSealed(empty, aad: [1, 2]))
     }
 
     func testOpenSealedRejectsEveryTamperedByte() throws {
-        let ctx = try AESGCMContext(key: SecureBytes(randomCount: 32))
-        let secret = SecureBytes(randomCount: 32)
+        let ctx = try AESGCMContext(key: try SecureBytes(randomCount: 32))
+        let secret = try SecureBytes(randomCount: 32)
         let aad: [UInt8] = [9, 8, 7]
         let sealed = try ctx.sealWithRandomNonce(secret, aad: aad)
 
         for i in sealed.indices {
             var t = sealed
             t[i] ^= 0x01
-            XCTAssertNil(t.withUnsafeBytes { ctx.openSealed($0, aad: aad) }, "byte \(i) flipped")
+            XCTAssertNil(try ctx.openSealed(t, aad: aad), "byte \(i) flipped")
         }
-        XCTAssertNil(Array(sealed.dropLast()).withUnsafeBytes { ctx.openSealed($0, aad: aad) }, "truncated")
-        XCTAssertNil((sealed + [0]).withUnsafeBytes { ctx.openSealed($0, aad: aad) }, "extended")
-        XCTAssertNil(Array(sealed.prefix(27)).withUnsafeBytes { ctx.openSealed($0, aad: aad) }, "shorter than nonce+tag")
-        XCTAssertNil([UInt8]().withUnsafeBytes { ctx.openSealed($0, aad: aad) }, "empty")
-        XCTAssertNil(sealed.withUnsafeBytes { ctx.openSealed($0, aad: [9, 8]) }, "wrong AAD")
+        XCTAssertNil(try ctx.openSealed(Array(sealed.dropLast()), aad: aad), "truncated")
+        XCTAssertNil(try ctx.openSealed((sealed + [0]), aad: aad), "extended")
+        XCTAssertNil(try ctx.openSealed(Array(sealed.prefix(27)), aad: aad), "shorter than nonce+tag")
+        XCTAssertNil(try ctx.openSealed([UInt8](), aad: aad), "empty")
+        XCTAssertNil(try ctx.openSealed(sealed, aad: [9, 8]), "wrong AAD")
 
-        let other = try AESGCMContext(key: SecureBytes(randomCount: 32))
-        XCTAssertNil(sealed.withUnsafeBytes { other.openSealed($0, aad: aad) }, "wrong key")
+        let other = try AESGCMContext(key: try SecureBytes(randomCount: 32))
+        XCTAssertNil(try other.openSealed(sealed, aad: aad), "wrong key")
         // Still opens after all those failures.
-        XCTAssertEqual(sealed.withUnsafeBytes { ctx.openSealed($0, aad: aad) }, secret)
+        XCTAssertEqual(try ctx.openSealed(sealed, aad: aad), secret)
     }
 }

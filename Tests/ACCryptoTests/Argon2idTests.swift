@@ -3,11 +3,11 @@ import XCTest
 import ACCrypto
 
 final class Argon2idTests: XCTestCase {
-    private let passcode = SecureBytes(copying: Array("correct horse battery staple".utf8))
+    private var passcode: SecureBytes { get throws { try SecureBytes(copying: Array("correct horse battery staple".utf8)) } }
     private let salt: [UInt8] = Array(0..<16)
 
     /// The default cost of new seeds is libsodium's MODERATE: 3 passes over 256 MiB.
-    func testModerateCostIsLibsodiumModerate() {
+    func testModerateCostIsLibsodiumModerate() throws {
         XCTAssertEqual(Argon2id.Cost.moderate.opsLimit, 3)
         XCTAssertEqual(Argon2id.Cost.moderate.memLimit, 256 << 20)
     }
@@ -18,7 +18,7 @@ final class Argon2idTests: XCTestCase {
         guard let v = getenv("ACSECURE_MEASURE_ARGON2ID"), String(cString: v) == "1" else {
             throw XCTSkip("set ACSECURE_MEASURE_ARGON2ID=1 to measure")
         }
-        let pin = SecureBytes(copying: Array("123456".utf8))
+        let pin = try SecureBytes(copying: Array("123456".utf8))
         for (name, cost) in [("interactive", Argon2id.Cost.interactive), ("moderate", .moderate)] {
             var times: [Double] = []
             for _ in 0..<5 {
@@ -32,52 +32,52 @@ final class Argon2idTests: XCTestCase {
         }
     }
 
-    func testSaltSizeIsSixteen() {
+    func testSaltSizeIsSixteen() throws {
         XCTAssertEqual(Argon2id.saltSize, 16)
     }
 
     func testDeterministicForSameSaltAndPasscode() throws {
-        let a = try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: .minimum)
-        let b = try Argon2id.deriveKey(passcode: SecureBytes(copying: passcode.bytes), salt: salt, cost: .minimum)
+        let a = try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: .minimum)
+        let b = try Argon2id.deriveKey(passcode: try SecureBytes(copying: try passcode.bytes), salt: salt, cost: .minimum)
         XCTAssertEqual(a.count, 32)
         XCTAssertEqual(a, b)
         XCTAssertNotEqual(a.bytes, [UInt8](repeating: 0, count: 32))
     }
 
     func testDifferentSaltPasscodeOrCostGiveDifferentKeys() throws {
-        let base = try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: .minimum)
+        let base = try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: .minimum)
         var otherSalt = salt
         otherSalt[15] ^= 1
-        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: passcode, salt: otherSalt, cost: .minimum))
-        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: SecureBytes(copying: Array("correct horse battery stapl3".utf8)),
+        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: try passcode, salt: otherSalt, cost: .minimum))
+        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: try SecureBytes(copying: Array("correct horse battery stapl3".utf8)),
                                                        salt: salt, cost: .minimum))
         let costlier = Argon2id.Cost(opsLimit: Argon2id.Cost.minimum.opsLimit + 1, memLimit: Argon2id.Cost.minimum.memLimit)
-        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: costlier))
+        XCTAssertNotEqual(base, try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: costlier))
     }
 
     func testOutputCount() throws {
-        let k64 = try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: .minimum, outputCount: 64)
+        let k64 = try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: .minimum, outputCount: 64)
         XCTAssertEqual(k64.count, 64)
     }
 
     func testEmptyPasscodeIsAccepted() throws {
-        let a = try Argon2id.deriveKey(passcode: SecureBytes(count: 0), salt: salt, cost: .minimum)
-        let b = try Argon2id.deriveKey(passcode: SecureBytes(count: 0), salt: salt, cost: .minimum)
+        let a = try Argon2id.deriveKey(passcode: try SecureBytes(count: 0), salt: salt, cost: .minimum)
+        let b = try Argon2id.deriveKey(passcode: try SecureBytes(count: 0), salt: salt, cost: .minimum)
         XCTAssertEqual(a, b)
-        XCTAssertNotEqual(a, try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: .minimum))
+        XCTAssertNotEqual(a, try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: .minimum))
     }
 
-    func testInvalidSaltLengthThrows() {
+    func testInvalidSaltLengthThrows() throws {
         for n in [0, 8, 15, 17, 32] {
-            XCTAssertThrowsError(try Argon2id.deriveKey(passcode: passcode, salt: [UInt8](repeating: 7, count: n), cost: .minimum),
+            XCTAssertThrowsError(try Argon2id.deriveKey(passcode: try passcode, salt: [UInt8](repeating: 7, count: n), cost: .minimum),
                                  "salt of \(n) bytes") { e in
                 guard case .invalidArgument? = e as? CryptoError else { return XCTFail("unexpected \(e)") }
             }
         }
     }
 
-    func testCostBelowLibsodiumMinimumThrows() {
+    func testCostBelowLibsodiumMinimumThrows() throws {
         let tooSmall = Argon2id.Cost(opsLimit: 0, memLimit: Argon2id.Cost.minimum.memLimit)
-        XCTAssertThrowsError(try Argon2id.deriveKey(passcode: passcode, salt: salt, cost: tooSmall))
+        XCTAssertThrowsError(try Argon2id.deriveKey(passcode: try passcode, salt: salt, cost: tooSmall))
     }
 }

@@ -5,7 +5,7 @@ import ACCrypto
 final class HKDFTests: XCTestCase {
 
     func testRFC5869Case1Basic() throws {
-        let okm = try HKDF.sha256(key: SecureBytes(copying: [UInt8](repeating: 0x0b, count: 22)),
+        let okm = try HKDF.sha256(key: try SecureBytes(copying: [UInt8](repeating: 0x0b, count: 22)),
                                   salt: hex("000102030405060708090a0b0c"),
                                   info: hex("f0f1f2f3f4f5f6f7f8f9"), outputCount: 42)
         XCTAssertEqual(hexString(okm.bytes),
@@ -13,7 +13,7 @@ final class HKDFTests: XCTestCase {
     }
 
     func testRFC5869Case2LongInputs() throws {
-        let okm = try HKDF.sha256(key: SecureBytes(copying: Array(UInt8(0x00)...UInt8(0x4f))),
+        let okm = try HKDF.sha256(key: try SecureBytes(copying: Array(UInt8(0x00)...UInt8(0x4f))),
                                   salt: Array(UInt8(0x60)...UInt8(0xaf)),
                                   info: Array(UInt8(0xb0)...UInt8(0xff)), outputCount: 82)
         XCTAssertEqual(hexString(okm.bytes),
@@ -23,7 +23,7 @@ final class HKDFTests: XCTestCase {
     }
 
     func testRFC5869Case3EmptySaltAndInfo() throws {
-        let ikm = SecureBytes(copying: [UInt8](repeating: 0x0b, count: 22))
+        let ikm = try SecureBytes(copying: [UInt8](repeating: 0x0b, count: 22))
         let expected = "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8"
         XCTAssertEqual(hexString(try HKDF.sha256(key: ikm, salt: [UInt8](), info: [], outputCount: 42).bytes), expected)
         XCTAssertEqual(hexString(try HKDF.sha256(key: ikm, salt: "", info: "", outputCount: 42).bytes), expected)
@@ -33,7 +33,7 @@ final class HKDFTests: XCTestCase {
     }
 
     func testStringOverloadIsUTF8() throws {
-        let key = SecureBytes(randomCount: 32)
+        let key = try SecureBytes(randomCount: 32)
         let a = try HKDF.sha256(key: key, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
         let b = try HKDF.sha256(key: key, salt: Array("ACSF v1".utf8), info: Array("key fingerprint".utf8), outputCount: 16)
         XCTAssertEqual(a, b)
@@ -41,20 +41,20 @@ final class HKDFTests: XCTestCase {
     }
 
     func testDefaultLengthAndDomainSeparation() throws {
-        let key = SecureBytes(randomCount: 32)
+        let key = try SecureBytes(randomCount: 32)
         let a = try HKDF.sha256(key: key, salt: "s", info: "a")
         XCTAssertEqual(a.count, 32)
         XCTAssertEqual(a, try HKDF.sha256(key: key, salt: "s", info: "a"), "deterministic")
         XCTAssertNotEqual(a, try HKDF.sha256(key: key, salt: "s", info: "b"), "info separates")
         XCTAssertNotEqual(a, try HKDF.sha256(key: key, salt: "t", info: "a"), "salt separates")
-        XCTAssertNotEqual(a, try HKDF.sha256(key: SecureBytes(randomCount: 32), salt: "s", info: "a"), "key separates")
+        XCTAssertNotEqual(a, try HKDF.sha256(key: try SecureBytes(randomCount: 32), salt: "s", info: "a"), "key separates")
         // A shorter output is a prefix of a longer one (same PRK, same T(1)).
         let long = try HKDF.sha256(key: key, salt: "s", info: "a", outputCount: 64)
         XCTAssertEqual(Array(long.bytes.prefix(32)), a.bytes)
     }
 
     func testOutputLengthBounds() throws {
-        let key = SecureBytes(randomCount: 32)
+        let key = try SecureBytes(randomCount: 32)
         for bad in [0, -1, 255 * 32 + 1] {
             XCTAssertThrowsError(try HKDF.sha256(key: key, salt: "s", info: "i", outputCount: bad), "length \(bad)") { e in
                 guard case .invalidArgument? = e as? CryptoError else { return XCTFail("unexpected \(e)") }

@@ -32,7 +32,7 @@ extension SecureBuffer {
 /// Array-based wrappers around the pointer API.
 extension AESGCMContext {
     convenience init(hexKey: String) throws {
-        try self.init(key: SecureBytes(copying: hex(hexKey)))
+        try self.init(key: try SecureBytes(copying: hex(hexKey)))
     }
 
     func seal(nonce: [UInt8], aad: [UInt8], plaintext: [UInt8]) throws -> (ciphertext: [UInt8], tag: [UInt8]) {

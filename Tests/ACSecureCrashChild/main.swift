@@ -2,6 +2,7 @@
 //
 //     ACSecureCrashChild <store directory> <file> <seed> <operations>
 //     ACSecureCrashChild --harden          (ProcessHardeningTests, see below)
+//     ACSecureCrashChild exhaust <store> <directory> memory|descriptors   (Exhaustion.swift)
 //
 // Protocol on stdout, one line per event, each written with a single write(2) so the parent sees
 // exactly what was started:
@@ -55,6 +56,9 @@ if args.count == 5, args[1] == "writeback-exit" {
         emit("E \(error)")
         exit(1)
     }
+}
+if args.count == 5, args[1] == "exhaust" {
+    runExhaustion(store: args[2], directory: args[3], mode: args[4])
 }
 // `ACSecureCrashChild --harden`, for ProcessHardeningTests: the core limit and dumpable flag before
 // and after ProcessHardening.apply(), as read back from the kernel:

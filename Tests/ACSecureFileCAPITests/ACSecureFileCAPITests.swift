@@ -72,6 +72,25 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
 
+    /// Issue 15, finding 9: no guarded memory left fails the open with ENOMEM (it trapped), adds no
+    /// descriptor to the table, keeps no kernel descriptor, and the same open works afterwards.
+    /// (Real exhaustion under RLIMIT_AS/RLIMIT_NOFILE: ResourceExhaustionTests.)
+    func testOpenWithoutGuardedMemoryFailsWithENOMEMAndLeavesNothingOpen() {
+        let entries = DescriptorTable.shared.count
+        let probe = Glibc.open("/dev/null", O_RDONLY)  // the lowest free number: the one a leak would take
+        XCTAssertEqual(Glibc.close(probe), 0)
+        SecureFileTesting.simulateGuardedMemoryExhaustion(true)
+        assertFails(open("nomem", O_RDWR | O_CREAT), errno: ENOMEM)
+        assertFails(ACSecureServicesUnlock("any"), errno: ENOMEM)
+        SecureFileTesting.simulateGuardedMemoryExhaustion(false)
+        XCTAssertEqual(DescriptorTable.shared.count, entries, "no table entry for the failed open")
+        XCTAssertEqual(fcntl(probe, F_GETFD), -1, "the failed open released its kernel descriptor")
+        let fd = open("nomem", O_RDWR | O_CREAT)
+        XCTAssertGreaterThanOrEqual(fd, 0, String(cString: strerror(errno)))
+        XCTAssertEqual(ACSecureFileWrite(fd, "ok", 2), 2)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+    }
+
     func testUnknownDescriptorsAreEBADF() {
         var st = stat()
         var byte: UInt8 = 0

@@ -31,7 +31,7 @@ final class EngineBehaviourTests: XCTestCase {
         XCTAssertNil(f.shared.cipher)
         XCTAssertTrue(f.shared.cache.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
 
-        try env.services.unlock(passcode: SecureBytes(copying: Array("1234".utf8)))
+        try env.services.unlock(passcode: try SecureBytes(copying: Array("1234".utf8)))
         XCTAssertEqual(try f.pread(count: 100, at: 0), data)
         try f.close()
     }
@@ -100,7 +100,7 @@ final class EngineBehaviourTests: XCTestCase {
     }
 
     func testAFixedKeyProviderOpensFilesWithoutServices() throws {
-        let kek = try KeyEncryptionKey(key: SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
+        let kek = try KeyEncryptionKey(key: try SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
         let provider = FixedKeyProvider(kek: kek)
         let env = try TestEnvironment()
         let path = env.path("x")
@@ -109,7 +109,7 @@ final class EngineBehaviourTests: XCTestCase {
         f = try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
         XCTAssertEqual(try f.readAll(), [1, 2, 3, 4])
         try f.close()
-        let otherKEK = try KeyEncryptionKey(key: SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
+        let otherKEK = try KeyEncryptionKey(key: try SecureBytes(randomCount: 32), keyClass: .cryptoBlock)
         XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: otherKEK)) }, .badKeyOrCorruptData)
     }
 

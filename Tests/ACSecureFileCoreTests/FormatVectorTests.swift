@@ -33,7 +33,7 @@ final class FormatVectorTests: XCTestCase {
             let s = kekHex.index(kekHex.startIndex, offsetBy: i)
             return UInt8(kekHex[s...kekHex.index(after: s)], radix: 16)!
         }
-        return try KeyEncryptionKey(key: SecureBytes(copying: bytes), keyClass: .cryptoBlock)
+        return try KeyEncryptionKey(key: try SecureBytes(copying: bytes), keyClass: .cryptoBlock)
     }
 
     /// Tests/ACSecureVectorWriter (which regenerates the committed vectors) writes files that mean
@@ -188,7 +188,7 @@ enum IndependentDecoder {
         guard fingerprint.withUnsafeBytes({ Array($0) }) == Array(h[32..<48]) else { throw Invalid(why: "fingerprint") }
         let dataKeyBytes = try gcmOpen(kek, nonce: Array(h[48..<60]), aad: Array(h[0..<48]),
                                   ciphertext: Array(h[60..<92]), tag: Array(h[92..<108]))
-        let dataKey = SecureBytes(copying: dataKeyBytes)
+        let dataKey = try SecureBytes(copying: dataKeyBytes)
         // The key of a chunk or trailer starting at `at`: the data key (version 1), or
         // K_s = AES-256(data key, "ACSFkey2" ‖ s ‖ u32 0) ‖ AES-256(data key, "ACSFkey2" ‖ s ‖ u32 1).
         func key(at: Int) throws -> SecureBytes {
@@ -196,7 +196,7 @@ enum IndependentDecoder {
             let blocks: [UInt8] = (0..<2).flatMap { (j: UInt8) -> [UInt8] in Array("ACSFkey2".utf8) + Array(file[at..<at + 4]) + [0, 0, 0, j] }
             var k = [UInt8](repeating: 0, count: 32)
             try blocks.withUnsafeBytes { b in try k.withUnsafeMutableBytes { try AESBlockCipher(key: dataKey).encryptBlocks(b, into: $0.baseAddress!) } }
-            return SecureBytes(copying: k)
+            return try SecureBytes(copying: k)
         }
 
         let chunk = 1 << shift, physical = chunk + overhead

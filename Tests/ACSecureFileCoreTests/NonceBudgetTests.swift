@@ -89,7 +89,7 @@ final class NonceBudgetTests: XCTestCase {
 
     /// FIPS-197 C.3: the AES-256 block cipher behind the selector keys.
     func testAESBlockCipherKnownAnswer() throws {
-        let key = SecureBytes(copying: (0..<32).map { UInt8($0) })
+        let key = try SecureBytes(copying: (0..<32).map { UInt8($0) })
         let plain: [UInt8] = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]
         var out = [UInt8](repeating: 0, count: 16)
         try plain.withUnsafeBytes { p in try out.withUnsafeMutableBytes { try AESBlockCipher(key: key).encryptBlocks(p, into: $0.baseAddress!) } }

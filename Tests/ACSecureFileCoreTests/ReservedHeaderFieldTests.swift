@@ -21,7 +21,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
         let raw = readWholeFile(path)
         let header = try FileHeader.parse(Array(raw[0..<FileLayout.headerSize])).get()
         let kek = try env.services.keyEncryptionKey(for: .app)
-        let dataKey = try XCTUnwrap(header.unwrap(with: kek), "the app KEK opens the file")
+        let dataKey = try XCTUnwrap(try header.unwrap(with: kek), "the app KEK opens the file")
         return (path, header, dataKey, kek)
     }
 
@@ -62,7 +62,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
             var (path, header, dataKey, kek) = try makeFile(env, "flags-\(flags)")
             header.flags = flags
             try header.wrap(dataKey: dataKey, under: kek)
-            XCTAssertNotNil(header.unwrap(with: kek), "the forged header's wrap authenticates")
+            XCTAssertNotNil(try header.unwrap(with: kek), "the forged header's wrap authenticates")
             replaceHeader(path, with: header.encoded())
             assertRejected(path, "flags", env)
         }
@@ -120,7 +120,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
         relabelled.keyClass = KeyEncryptionKey.KeyClass.group.rawValue
         relabelled.wrappedKey = try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: relabelled.authenticatedPrefix)
         replaceHeader(path, with: relabelled.encoded())
-        XCTAssertNil(relabelled.unwrap(with: kek), "the wrap authenticates, but the class is not the key's")
+        XCTAssertNil(try relabelled.unwrap(with: kek), "the wrap authenticates, but the class is not the key's")
         do {
             let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
             try? f.close()
@@ -129,7 +129,7 @@ final class ReservedHeaderFieldTests: XCTestCase {
             XCTAssertEqual(error.code, .badKeyOrCorruptData)
         }
         let sameKeyOtherClass = try KeyEncryptionKey(key: kek.key, keyClass: .cryptoBlock)
-        XCTAssertNil(header.unwrap(with: sameKeyOtherClass))
-        XCTAssertNotNil(header.unwrap(with: kek))
+        XCTAssertNil(try header.unwrap(with: sameKeyOtherClass))
+        XCTAssertNotNil(try header.unwrap(with: kek))
     }
 }

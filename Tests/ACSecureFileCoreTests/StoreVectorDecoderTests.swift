@@ -160,7 +160,7 @@ extension IndependentDecoder {
         switch f[5] {
         case 0:
             guard f.count == 38 else { throw Invalid(why: "seed file length") }
-            return SecureBytes(copying: Array(f[6..<38]))
+            return try SecureBytes(copying: Array(f[6..<38]))
         case 1:
             guard f.count == 98 else { throw Invalid(why: "seed file length") }
             let ops = u64(f, 6), memory = u64(f, 14)
@@ -168,7 +168,7 @@ extension IndependentDecoder {
             guard let passcode else { throw Invalid(why: "a passcode is needed") }
             let key = try Argon2id.deriveKey(passcode: SecureBytes(copying: passcode), salt: Array(f[22..<38]),
                                              cost: Argon2id.Cost(opsLimit: ops, memLimit: Int(memory)))
-            return SecureBytes(copying: try gcmOpen(key, nonce: Array(f[38..<50]), aad: Array(f[0..<38]),
+            return try SecureBytes(copying: try gcmOpen(key, nonce: Array(f[38..<50]), aad: Array(f[0..<38]),
                                                     ciphertext: Array(f[50..<82]), tag: Array(f[82..<98]), "seed"))
         default:
             throw Invalid(why: "protection \(f[5])")
@@ -185,7 +185,7 @@ extension IndependentDecoder {
         guard b.count == 56, b[0..<4].elementsEqual("ACCB".utf8), b[4] == 1, b[5] <= 1, b[6] == 0, b[7] == 0 else {
             throw Invalid(why: "crypto block fields")
         }
-        let key = SecureBytes(copying: Array(b[24..<56]))
+        let key = try SecureBytes(copying: Array(b[24..<56]))
         let fingerprint = try HKDF.sha256(key: key, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
         guard fingerprint.withUnsafeBytes({ Array($0) }) == Array(b[8..<24]) else { throw Invalid(why: "crypto block fingerprint") }
         return (b[5], key)

@@ -16,7 +16,7 @@ final class TestEnvironment {
     init(appID: String = "com.example.tests", passcode: String? = nil) throws {
         temporary = try TemporaryDirectory(prefix: "acsecure-test")
         services = try SecureServices(appID: appID, storeDirectory: temporary.path("store"),
-                                      passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) },
+                                      passcode: passcode.map { try SecureBytes(copying: Array($0.utf8)) },
                                       argonCost: .minimum)
     }
 

@@ -55,10 +55,10 @@ final class HostApp {
 
             // while ((decryptedData = [readHandle readDataOfLength:1024]) && (decryptedData.length > 0)) {
             //     [writeToFileHandle writeData:decryptedData];
-            var decryptedData = try readHandle.readData(ofLength: 1024)
+            var decryptedData = readHandle.readData(ofLength: 1024)
             while decryptedData.count > 0 {
                 writeToFileHandle.write(decryptedData)
-                decryptedData = try readHandle.readData(ofLength: 1024)
+                decryptedData = readHandle.readData(ofLength: 1024)
             }
 
             // [writeToFileHandle synchronizeFile];
@@ -122,9 +122,12 @@ final class SharingExamplesTests: PortingTestCase {
         XCTAssertEqual(try h.readToEnd(), Data("89".utf8))
         XCTAssertNil(try h.readToEnd())
         XCTAssertEqual(try h.seekToEnd(), 10)
-        try h.seek(toFileOffset: 1)
-        XCTAssertEqual(try h.readDataToEndOfFile(), Data("123456789".utf8))
-        XCTAssertEqual(try h.seekToEndOfFile(), 10)
+        h.seek(toFileOffset: 1)
+        XCTAssertEqual(h.readDataToEndOfFile(), Data("123456789".utf8))
+        XCTAssertEqual(h.seekToEndOfFile(), 10)
+        h.seek(toFileOffset: 9)
+        XCTAssertEqual(h.availableData, Data("9".utf8))
+        XCTAssertEqual(h.readData(ofLength: 5), Data(), "empty, not nil, at the end")
         try h.close()
         h.closeFile()  // closing twice is harmless
         XCTAssertEqual(thrown { _ = try h.read(upToCount: 1) }?.code, Int(EBADF))

@@ -111,12 +111,12 @@ final class KeyDerivationTests: SecureServicesTestCase {
         XCTAssertEqual(kek.fingerprint, expected.bytes)
         XCTAssertNotEqual(Array(kek.key.bytes.prefix(16)), kek.fingerprint, "the fingerprint does not reveal the key")
 
-        let direct = try KeyEncryptionKey(key: SecureBytes(copying: kek.key.bytes), keyClass: .cryptoBlock)
+        let direct = try KeyEncryptionKey(key: try SecureBytes(copying: kek.key.bytes), keyClass: .cryptoBlock)
         XCTAssertEqual(direct.fingerprint, kek.fingerprint)
         XCTAssertEqual(direct.keyClass.rawValue, 3)
     }
 
-    func testKeySelectionDescription() {
+    func testKeySelectionDescription() throws {
         XCTAssertEqual(KeySelection.app.description, "app")
         XCTAssertEqual(KeySelection.group("g1").description, "group g1")
         XCTAssertNotEqual(KeySelection.group("a"), KeySelection.group("b"))

@@ -33,7 +33,7 @@ final class SecureServicesLifecycleTests: SecureServicesTestCase {
     }
 
     func testEmptyPasscodeMeansNoPasscode() throws {
-        let s = try makeServices(passcode: SecureBytes(count: 0))
+        let s = try makeServices(passcode: try SecureBytes(count: 0))
         XCTAssertFalse(s.isPasscodeSet)
         XCTAssertEqual(try makeServices().availability, .available)
     }
@@ -50,7 +50,7 @@ final class SecureServicesLifecycleTests: SecureServicesTestCase {
 
         assertThrows(.wrongPasscode, try s.unlock(passcode: passcode("4321")))
         assertThrows(.wrongPasscode, try s.unlock(passcode: passcode("12345")))
-        assertThrows(.wrongPasscode, try s.unlock(passcode: SecureBytes(count: 0)))
+        assertThrows(.wrongPasscode, try s.unlock(passcode: try SecureBytes(count: 0)))
         assertThrows(.wrongPasscode, try s.unlock(passcode: nil))
         XCTAssertEqual(s.availability, .unavailable)
         XCTAssertEqual(s.keyGeneration, 0)
@@ -200,7 +200,7 @@ final class SecureServicesLifecycleTests: SecureServicesTestCase {
         XCTAssertEqual(readBytes(storeDirectory + "/other"), [1, 2, 3])
     }
 
-    func testEmptyOrNULAppIDIsRejected() {
+    func testEmptyOrNULAppIDIsRejected() throws {
         assertThrows(.invalidArgument, try makeServices(appID: ""))
         assertThrows(.invalidArgument, try makeServices(appID: "a\u{0}b"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: storeDirectory), "nothing created for a bad argument")

@@ -190,8 +190,9 @@ final class StoreAttackTests: SecureServicesTestCase {
         writeBytes(victim, Array("precious".utf8))
         let temporary = storeDirectory + "/seed.tmp.\(getpid())"
         XCTAssertEqual(symlink(victim, temporary), 0)
+        let (old, new) = (try passcode("1111"), try passcode("2222"))
         do {
-            try services.setPasscode(old: passcode("1111"), new: passcode("2222"))
+            try services.setPasscode(old: old, new: new)
             XCTFail("the passcode change wrote through \(temporary)")
         } catch {
             XCTAssertEqual(error.code, .storeIO, error.message)

@@ -7,7 +7,7 @@ import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
 
-func passcode(_ s: String) -> SecureBytes { SecureBytes(copying: Array(s.utf8)) }
+func passcode(_ s: String) throws -> SecureBytes { try SecureBytes(copying: Array(s.utf8)) }
 
 extension SecureBytes {
     var bytes: [UInt8] { withUnsafeBytes { Array($0) } }

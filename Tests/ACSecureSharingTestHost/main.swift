@@ -82,13 +82,27 @@ do {
         try ACWrappedFile.wrapFile(atPath: args[2], toPath: args[3], cryptoBlock: block, actualFileName: args[4] == "-" ? nil : args[4])
         // Still no services: wrapping used the crypto block alone.
         answer(SecureServices.current == nil ? "OK" : "ERR services-started 0 0")
+    case "plain-on-error":  // plain-on-error <store> <appID> <path> <method>: a plain method meets an error
+        // Must stop with a message naming ACWrappedFileReadHandle, the error and the throwing method.
+        let s = services(args[1], args[2])
+        let h = try ACUnwrappedFile.readWrappedFile(atPath: args[3], sharedGroupID: nil, services: s)
+        guard h.readData(ofLength: 1).count == 1 else { answer("ERR first-read 0 0") }
+        switch args[4] {
+        case "readData": s.lock(); _ = h.readData(ofLength: 1)
+        case "readDataToEndOfFile": s.lock(); _ = h.readDataToEndOfFile()
+        case "availableData": s.lock(); _ = h.availableData
+        case "seekToEndOfFile": s.lock(); h.seekToEndOfFile()
+        case "seekTooFar": h.seek(toFileOffset: UInt64.max)
+        case "offsetInFile": try h.close(); _ = h.offsetInFile
+        default: answer("ERR usage 0 0")
+        }
+        answer("OK survived")
     case "unwrap":  // unwrap <store> <appID> <groupID|-> <path>
         let s = services(args[1], args[2])
         let h = try ACUnwrappedFile.readWrappedFile(atPath: args[4], sharedGroupID: args[3] == "-" ? nil : args[3], services: s)
         var bytes: [UInt8] = []
         while true {
-            let d = try h.readData(ofLength: 1000)
-            if d.isEmpty { break }
+            guard let d = try h.read(upToCount: 1000) else { break }
             bytes += d
         }
         try h.close()

@@ -42,7 +42,7 @@ final class DerivedKeyTests: XCTestCase {
         let s = try env.services("com.example.kat")
         let seedFile = readPlain(env.storeDirectory + "/seed")
         XCTAssertEqual(seedFile.count, 6 + 32)  // "ACSS", version, protection none, seed
-        let seed = SecureBytes(copying: Array(seedFile[6...]))
+        let seed = try SecureBytes(copying: Array(seedFile[6...]))
         func lp(_ label: String, _ value: String) -> [UInt8] {
             var out: [UInt8] = []
             for part in [Array(label.utf8), Array(value.utf8)] {
@@ -75,11 +75,11 @@ final class DerivedKeyTests: XCTestCase {
             XCTAssertEqual(e.1, ACErrorNoKeys)
             XCTAssertEqual(e.1, 1)  // ACE_NO_KEYS_ERROR
         }
-        try s.unlock(passcode: SecureBytes(copying: Array("1234".utf8)))
+        try s.unlock(passcode: try SecureBytes(copying: Array("1234".utf8)))
         XCTAssertNoThrow(try s.derivedAppKey(withIdentifier: "k"))
         // A passcode change re-seals the seed only: the keys stay.
         let before = try s.derivedAppKey(withIdentifier: "k")
-        try s.setPasscode(old: SecureBytes(copying: Array("1234".utf8)), new: SecureBytes(copying: Array("5678".utf8)))
+        try s.setPasscode(old: try SecureBytes(copying: Array("1234".utf8)), new: try SecureBytes(copying: Array("5678".utf8)))
         XCTAssertTrue(try env.services("com.example.a", passcode: "5678").derivedAppKey(withIdentifier: "k") == before)
         // Retired: no keys, for ever.
         try s.retire()

@@ -129,7 +129,7 @@ final class StoreVectorTests: XCTestCase {
         let env = try SharingEnvironment()
         for (seedFile, passcode) in [("seed-protection-0", nil), ("seed-protection-1", Optional(Self.passcode))] {
             let services = try SecureServices(appID: Self.appID, storeDirectory: try store(with: seedFile, env),
-                                              passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) },
+                                              passcode: passcode.map { try SecureBytes(copying: Array($0.utf8)) },
                                               createStoreIfMissing: false, argonCost: .minimum)
             for (name, key, size) in [("app.acsf", KeySelection.app, Self.appSize), ("group.acsf", .group(Self.groupID), Self.groupSize)] {
                 let f = try SecureFile.open(Self.directory + "/" + name, flags: O_RDONLY, key: key, services: services)

@@ -19,7 +19,7 @@ final class SharingEnvironment {
     /// Services of `appID` on this environment's store (created on first use, no passcode).
     func services(_ appID: String = "com.example.provider", passcode: String? = nil) throws -> SecureServices {
         try SecureServices(appID: appID, storeDirectory: storeDirectory,
-                           passcode: passcode.map { SecureBytes(copying: Array($0.utf8)) }, argonCost: .minimum)
+                           passcode: passcode.map { try SecureBytes(copying: Array($0.utf8)) }, argonCost: .minimum)
     }
 
     func path(_ name: String) -> String { temporary.path(name) }

@@ -15,15 +15,15 @@ final class WrappedFileLockTests: XCTestCase {
         try ACWrappedFile.wrapFile(atPath: source, toPath: wrapped, cryptoBlock: block, actualFileName: "report.txt")
 
         let handle = try ACUnwrappedFile.readWrappedFile(atPath: wrapped, sharedGroupID: "group-a", services: services)
-        XCTAssertEqual(try handle.readData(ofLength: 100).count, 100)
+        XCTAssertEqual(handle.readData(ofLength: 100).count, 100)
         services.lock()
-        XCTAssertThrowsError(try handle.readData(ofLength: 100)) { error in
+        XCTAssertThrowsError(try handle.read(upToCount: 100)) { error in
             let e = error as NSError
             XCTAssertEqual(e.domain, "ACErrorDomain")
             XCTAssertEqual(e.code, 1, "ACErrorNoKeys")
         }
-        try services.unlock(passcode: SecureBytes(copying: Array("1234".utf8)))
-        XCTAssertEqual(try handle.readData(ofLength: 100), Data(repeating: 0x61, count: 100))
+        try services.unlock(passcode: try SecureBytes(copying: Array("1234".utf8)))
+        XCTAssertEqual(handle.readData(ofLength: 100), Data(repeating: 0x61, count: 100))
         try handle.close()
     }
 }

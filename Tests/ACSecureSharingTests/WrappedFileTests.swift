@@ -28,7 +28,7 @@ final class WrappedFileTests: XCTestCase {
             let h = try ACUnwrappedFile.readWrappedFile(atPath: env.path("wrapped"), sharedGroupID: "g1", services: host)
             XCTAssertEqual(h.actualFileName, "report.pdf")
             XCTAssertEqual(try h.length, UInt64(size))
-            XCTAssertEqual(Array(try h.readDataToEndOfFile()), plain, "size \(size)")
+            XCTAssertEqual(Array(try h.readToEnd() ?? Data()), plain, "size \(size)")
             try h.close()
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: env.directory).filter { $0.hasPrefix(".") }, [],
@@ -114,7 +114,7 @@ final class WrappedFileTests: XCTestCase {
             writePlain(env.path("bad"), bad)
             let e = nsErrorOf {
                 let h = try ACUnwrappedFile.readWrappedFile(atPath: env.path("bad"), sharedGroupID: nil, services: s)
-                _ = try h.readDataToEndOfFile()
+                _ = try h.readToEnd()
             }
             XCTAssertEqual(e?.0, ACErrorDomain, "offset \(offset)")
             XCTAssertEqual(e?.1, ACErrorBadKeyOrCorruptData, "offset \(offset)")
@@ -174,23 +174,55 @@ final class WrappedFileTests: XCTestCase {
             switch Int.random(in: 0..<6, using: &rng) {
             case 0, 1:
                 let n = Int.random(in: 0...9000, using: &rng)
-                XCTAssertEqual(try h.readData(ofLength: n), f.readData(ofLength: n), "step \(step)")
+                XCTAssertEqual(h.readData(ofLength: n), f.readData(ofLength: n), "step \(step)")
             case 2:
                 let o = UInt64.random(in: 0...60_000, using: &rng)
-                try h.seek(toFileOffset: o)
+                h.seek(toFileOffset: o)
                 f.seek(toFileOffset: o)
             case 3:
-                XCTAssertEqual(try h.seekToEndOfFile(), f.seekToEndOfFile())
+                XCTAssertEqual(h.seekToEndOfFile(), f.seekToEndOfFile())
             case 4:
                 XCTAssertEqual(try h.read(upToCount: 100), try f.read(upToCount: 100), "step \(step)")
             default:
-                XCTAssertEqual(try h.readDataToEndOfFile(), f.readDataToEndOfFile(), "step \(step)")
+                XCTAssertEqual(h.readDataToEndOfFile(), f.readDataToEndOfFile(), "step \(step)")
             }
             XCTAssertEqual(try h.offset(), try f.offset(), "step \(step)")
             XCTAssertEqual(h.offsetInFile, f.offsetInFile)
         }
         try h.close()
         try h.close()  // harmless
-        XCTAssertEqual(nsErrorOf { _ = try h.readData(ofLength: 1) }?.1, Int(EBADF))
+        XCTAssertEqual(nsErrorOf { _ = try h.read(upToCount: 1) }?.1, Int(EBADF))
+    }
+}
+
+/// Issue 13: ACWrappedFileReadHandle's plain methods (FileHandle's signatures) do not throw; on an
+/// error they stop the program, naming the class, the method, the file, the error and the throwing
+/// method to use instead (as ACFileHandle's do). Each case runs in a child process
+/// (Tests/ACSecureSharingTestHost `plain-on-error`).
+final class WrappedFileReadHandlePlainMethodTests: XCTestCase {
+    func testPlainMethodsStopWithAMessageNamingTheThrowingMethod() throws {
+        let env = try SharingEnvironment()
+        let s = try env.services()
+        let block = try ACWrappedAppKey.getCryptoKeysForACFileEncryption(sharedGroupID: nil, services: s)
+        writePlain(env.path("src"), Array("0123456789".utf8))
+        let wrapped = env.path("w")
+        try ACWrappedFile.wrapFile(atPath: env.path("src"), toPath: wrapped, cryptoBlock: block)
+        let cases: [(method: String, plain: String, instead: String, error: String)] = [
+            ("readData", "readData(ofLength:)", "read(upToCount:)", "ACE_NO_KEYS_ERROR"),
+            ("readDataToEndOfFile", "readDataToEndOfFile()", "readToEnd()", "ACE_NO_KEYS_ERROR"),
+            ("availableData", "availableData", "readToEnd()", "ACE_NO_KEYS_ERROR"),
+            ("seekToEndOfFile", "seekToEndOfFile()", "seekToEnd()", "ACE_NO_KEYS_ERROR"),
+            ("seekTooFar", "seek(toFileOffset:)", "seek(toOffset:)", "ACE_FILE_TOO_BIG_ERROR"),
+            ("offsetInFile", "offsetInFile", "offset()", "errno \(EBADF)"),
+        ]
+        for c in cases {
+            let r = try TestHost.run(["plain-on-error", env.storeDirectory, "com.example.provider", wrapped, c.method])
+            XCTAssertFalse(r.status.succeeded, "\(c.method) did not stop the program: \(r.stdout)")
+            XCTAssertFalse(r.stdout.contains("survived"), c.method)
+            let expected = "ACWrappedFileReadHandle.\(c.plain) failed on \(wrapped)"
+            XCTAssertTrue(r.stderr.contains(expected), "\(c.method): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains(c.error), "\(c.method): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains("use the throwing ACWrappedFileReadHandle.\(c.instead)"), "\(c.method): \(r.stderr)")
+        }
     }
 }

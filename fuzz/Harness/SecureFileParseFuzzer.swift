@@ -32,9 +32,11 @@ public enum SecureFileParseFuzzer {
 
     static var template: Template {
         if let cached { return cached }
-        let kekBytes = SecureBytes(copying: [UInt8](repeating: 0x5A, count: 32))
         let provider: FixedKeyProvider
-        do { provider = FixedKeyProvider(kek: try KeyEncryptionKey(key: kekBytes, keyClass: .cryptoBlock)) } catch {
+        do {
+            let kekBytes = try SecureBytes(copying: [UInt8](repeating: 0x5A, count: 32))
+            provider = FixedKeyProvider(kek: try KeyEncryptionKey(key: kekBytes, keyClass: .cryptoBlock))
+        } catch {
             fatalError("cannot make the fuzzing key: \(error)")
         }
         // A full chunk and a short last one; text-like, so wrong bytes would not look random.

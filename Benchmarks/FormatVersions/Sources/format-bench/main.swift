@@ -7,7 +7,7 @@ import ACSecureFileCore
 
 let dir = CommandLine.arguments[1]
 let sizeMiB = Int(CommandLine.arguments.count > 2 ? CommandLine.arguments[2] : "256")!
-let kek = try KeyEncryptionKey(key: SecureBytes(copying: (0..<32).map { UInt8($0) }), keyClass: .cryptoBlock)
+let kek = try KeyEncryptionKey(key: try SecureBytes(copying: (0..<32).map { UInt8($0) }), keyClass: .cryptoBlock)
 let services = FixedKeyProvider(kek: kek)
 func now() -> Double { var t = timespec(); clock_gettime(CLOCK_MONOTONIC, &t); return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 var rng = SystemRandomNumberGenerator()

@@ -38,6 +38,7 @@
  *     EINVAL  an argument is invalid (empty app ID or group ID);
  *     EACCES  wrong or missing passcode; or no keys (store retired or services locked);
  *     EIO     the store's seed file is corrupt;
+ *     ENOMEM  no memory left for a key (guarded memory) or for Argon2id;
  *     other   the errno of the failed store I/O (ENOENT, ENOSPC, EROFS, ...).
  *
  * Thread safety
