@@ -5,7 +5,7 @@ let package = Package(
     name: "ACSecureFile",
     products: [
         // Swift API: the engine, secure services and the Foundation layer.
-        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
+        .library(name: "ACSecureFileKit", targets: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureFoundation", "ACSecureSharingCore", "ACSecureSharing"]),
         // The POSIX-style C API (CACSecureFile's headers) with the engine inside: libACSecureFile.so.
         .library(name: "ACSecureFile", type: .dynamic, targets: ["CACSecureFile", "ACSecureFileCAPI"]),
         .executable(name: "acsecure", targets: ["acsecure"]),
@@ -20,34 +20,37 @@ let package = Package(
         .systemLibrary(name: "CACSecureSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CACSystemSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
+        // Every file-system call of every module: EINTR and short-transfer retries, and (debug builds
+        // only, ACSECURE_SYSCALL_MOCKING) per-thread fault injection and an in-memory backend.
+        .target(name: "ACSystemCalls"),
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium);
         // also the one lock type every module uses (Lock.swift: a pthread mutex, which TSan understands).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
         // The store, the seed, lock/unlock/retire, key derivation and process hardening.
-        .target(name: "ACSecureServices", dependencies: ["ACCrypto", "CACSecureLinux"]),
+        .target(name: "ACSecureServices", dependencies: ["ACSystemCalls", "ACCrypto", "CACSecureLinux"]),
         // prctl for ProcessHardening (Swift cannot call C varargs).
         .target(name: "CACSecureLinux"),
         // The chunked file format and the POSIX-semantics engine.
-        .target(name: "ACSecureFileCore", dependencies: ["ACCrypto", "ACSecureServices"]),
+        .target(name: "ACSecureFileCore", dependencies: ["ACSystemCalls", "ACCrypto", "ACSecureServices"]),
 
         // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
-        .target(name: "ACSecureFoundation", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .target(name: "ACSecureFoundation", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // Extension wrapped files and crypto blocks on the engine alone (no Foundation): what the C API needs.
-        .target(name: "ACSecureSharingCore", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
+        .target(name: "ACSecureSharingCore", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),
         // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying (NSError/Data face).
-        .target(name: "ACSecureSharing", dependencies: ["ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
+        .target(name: "ACSecureSharing", dependencies: ["ACSystemCalls", "ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
 
         // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
         .target(name: "CACSecureFile"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
-        .target(name: "ACSecureFileCAPI", dependencies: ["CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
+        .target(name: "ACSecureFileCAPI", dependencies: ["ACSystemCalls", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),
 
         // The SQLite VFS "acsecure": SQLite's files through the C API (also built as a loadable extension).
         .target(name: "CACSecureSQLite", dependencies: ["CACSystemSQLite", "CACSecureFile", "ACSecureFileCAPI"]),
 
         .executableTarget(name: "acsecure", dependencies: [
-            "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
+            "ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACSecureSharing", "ACSecureFoundation", "ACCrypto",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -55,17 +58,17 @@ let package = Package(
         .target(name: "ACSecureTestSupport", path: "Tests/ACSecureTestSupport"),
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
         .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSecureTestSupport"]),
-        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
         .testTarget(name: "ACSecurePortingTests", dependencies: ["ACSecureFoundation", "ACSecureSharing", "ACSecureServices", "ACSecureTestSupport"]),
-        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSystemCalls", "ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
-        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
         .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
@@ -77,3 +80,10 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// System-call mocking (fault injection, the in-memory file system) exists in debug builds only: a
+// release build of the library has no hook on its system calls. The fuzzers' release build turns it on
+// with -Xswiftc -DACSECURE_SYSCALL_MOCKING (scripts/test.d/40-fuzz-smoke.sh).
+for target in package.targets where target.type != .system && !target.name.hasPrefix("CAC") {  // Swift targets
+    target.swiftSettings = (target.swiftSettings ?? []) + [.define("ACSECURE_SYSCALL_MOCKING", .when(configuration: .debug))]
+}

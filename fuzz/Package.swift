@@ -3,6 +3,9 @@
 // FuzzTesting/). Build and run them with scripts/test.d/40-fuzz-smoke.sh, or by hand:
 //
 //     cd fuzz && SWIFT_BACKTRACE=enable=no swift build --product FuzzSecureFileParse --sanitize fuzzer --sanitize address
+//
+// (debug; a -c release build needs -Xswiftc -DACSECURE_SYSCALL_MOCKING for the in-memory file system,
+// which the library's release builds leave out)
 //     .build/debug/FuzzSecureFileParse Corpus/FuzzSecureFileParse -max_total_time=60
 //
 // The fuzz logic lives in Harness/ (also built by the main package as ACSecureFuzzHarness, so the unit

@@ -4,6 +4,7 @@ import Glibc
 import CACSecureFile
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 import ACSecureSharingCore
 
@@ -88,20 +89,27 @@ private func openWrapped(_ path: UnsafePointer<CChar>?, _ sharedGroupID: UnsafeP
     if actualFileName == nil && nameCapacity != 0 { throw WrappedCError.argument(EFAULT) }
     let capacity = nameCapacity < 0 ? Int.max : nameCapacity
 
-    var anchor: Int32
-    repeat { anchor = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) } while anchor < 0 && errno == EINTR
-    guard anchor >= 0 else { throw SecureFileError.posix(errno, path) }
+    let anchor: Int32
+    switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) {
+    case .success(let fd): anchor = fd
+    case .failure(let e): throw SecureFileError.posix(e.rawValue, path)
+    }
     var handle: WrappedFileReader?
     do {
-        var st = stat()
-        guard fstat(anchor, &st) == 0 else { throw SecureFileError.posix(errno, path) }
+        let st: stat
+        switch Sys.fstat(anchor) {
+        case .success(let s): st = s
+        case .failure(let e): throw SecureFileError.posix(e.rawValue, path)
+        }
         switch st.st_mode & S_IFMT {
         case S_IFREG: break
         case S_IFDIR: throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory")
         default: throw SecureFileError(code: .regularFileOnly, errno: EINVAL, message: "\(path): not a regular file")
         }
         // The same inode as `anchor`, whatever happens to `path` meanwhile.
-        let pinned = access("/proc/self/fd", F_OK) == 0 ? "/proc/self/fd/\(anchor)" : path
+        let procFD: Bool
+        if case .success = Sys.stat("/proc/self/fd") { procFD = true } else { procFD = false }
+        let pinned = procFD ? "/proc/self/fd/\(anchor)" : path
         let opened = try WrappedFiles.open(atPath: pinned, sharedGroupID: group, services: nil)
         handle = opened
         if let actualFileName {
@@ -112,8 +120,8 @@ private func openWrapped(_ path: UnsafePointer<CChar>?, _ sharedGroupID: UnsafeP
         }
         return WrappedDescriptorTable.shared.insert(.init(anchor: anchor, handle: opened))
     } catch {
-        try? handle?.close()
-        close(anchor)
+        try? handle?.close()  // read only: nothing to lose; the first error is reported
+        _ = Sys.close(anchor)
         throw error
     }
 }
@@ -160,8 +168,11 @@ public func ACSecureWrappedFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int
 public func ACSecureWrappedFileFstat(_ fd: Int32, _ buf: UnsafeMutablePointer<stat>?) -> Int32 {
     WrappedCResult.onEntry(fd) { entry, _ -> Int32 in
         guard let buf else { throw WrappedCError.argument(EFAULT) }
-        var st = stat()
-        guard fstat(entry.anchor, &st) == 0 else { throw SecureFileError.posix(errno, "fstat(\(fd))") }
+        var st: stat
+        switch Sys.fstat(entry.anchor) {
+        case .success(let s): st = s
+        case .failure(let e): throw SecureFileError.posix(e.rawValue, "fstat(\(fd))")
+        }
         st.st_size = off_t(try entry.handle.length)
         buf.pointee = st
         return 0
@@ -178,7 +189,7 @@ public func ACSecureWrappedFileClose(_ fd: Int32) -> Int32 {
     }
     // Nothing to flush (read-only): closing cannot lose data, so its errors are not reported.
     try? entry.handle.close()
-    close(entry.anchor)
+    _ = Sys.close(entry.anchor)
     return 0
 }
 

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSystemCalls
 import ACCrypto
 import ACSecureServices
 
@@ -183,10 +187,36 @@ public struct FileHeader: Sendable, Equatable {
     }
 }
 
-enum HeaderParseError: Error, Equatable, CustomStringConvertible {
+extension FileHeader {
+    /// Why `read(from:)` found no header: the read failed (`errno`), or the bytes are not one.
+    package enum ReadFailure: Error, Equatable, CustomStringConvertible {
+        case io(Int32)
+        case invalid(HeaderParseError)
+
+        package var description: String {
+            switch self {
+            case .io(let e): return String(cString: strerror(e))
+            case .invalid(let why): return why.description
+            }
+        }
+    }
+
+    /// Reads and parses the header at the start of `fd`: the one place every caller (open, stat,
+    /// re-wrap, coordination, wrapped files) gets a header from disk.
+    package static func read(from fd: Int32) -> Result<FileHeader, ReadFailure> {
+        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
+        switch bytes.withUnsafeMutableBytes({ Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }) {
+        case .failure(let e): return .failure(.io(e.rawValue))
+        case .success(let n) where n < bytes.count: return .failure(.invalid(.tooShort))
+        case .success: return parse(bytes).mapError { .invalid($0) }
+        }
+    }
+}
+
+package enum HeaderParseError: Error, Equatable, CustomStringConvertible {
     case tooShort, notASecureFile, unsupportedVersion(Int), malformed(String)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .tooShort: return "too short for a secure file header"
         case .notASecureFile: return "not a secure file (no ACSF header)"

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// The process-wide table of files open through the engine, by device and inode (and key
 /// provider, so two stores in one process never share keys).
@@ -151,13 +152,12 @@ enum OpenFiles {
         case .success(let st): physical = Int64(st.st_size)
         case .failure(let e): throw .posix(e.rawValue, r.path)
         }
-        var headerBytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
         var parsed: Result<FileHeader, HeaderParseError> = .failure(.tooShort)
         if physical > 0 {
-            let got = headerBytes.withUnsafeMutableBytes { Sys.preadFull(r.fd, $0.baseAddress!, $0.count, 0) }
-            switch got {
-            case .success(let n): parsed = n == FileLayout.headerSize ? FileHeader.parse(headerBytes) : .failure(.tooShort)
-            case .failure(let e): throw .posix(e.rawValue, r.path)
+            switch FileHeader.read(from: r.fd) {
+            case .success(let header): parsed = .success(header)
+            case .failure(.invalid(let why)): parsed = .failure(why)
+            case .failure(.io(let e)): throw .posix(e, r.path)
             }
         }
         switch parsed {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// What a secure file's header says, readable without any key.
 public struct SecureFileInfo: Sendable, Equatable {
@@ -39,18 +40,20 @@ extension SecureFileSystem {
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         defer { _ = Sys.close(fd) }
-        guard case .success(let st) = Sys.fstat(fd) else { throw .posix(errno, path) }
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
         guard st.st_mode & S_IFMT == S_IFREG else {
             throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                   message: "\(path): not a regular file")
         }
-        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        let got = bytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
-        guard case .success(let n) = got, n == bytes.count else { throw .ace(.badKeyOrCorruptData, "\(path): not a secure file (too short)") }
         let header: FileHeader
-        switch FileHeader.parse(bytes) {
+        switch FileHeader.read(from: fd) {
         case .success(let h): header = h
-        case .failure(let why): throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
+        case .failure(.io(let e)): throw .posix(e, "\(path): read")
+        case .failure(.invalid(let why)): throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
         }
         guard let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
             throw .ace(.badKeyOrCorruptData, "\(path): length \(st.st_size) is not a valid secure file length (torn or truncated)")

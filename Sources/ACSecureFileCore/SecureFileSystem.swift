@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACSecureServices
+import ACSystemCalls
 
 /// Path-based operations on secure files.
 public enum SecureFileSystem {
@@ -12,8 +13,11 @@ public enum SecureFileSystem {
     /// open here (cached writes count). Other kinds of file (directories, links, …) are reported
     /// as they are; a regular file that is not a secure file fails with `EIO` + `badKeyOrCorruptData`.
     public static func lstat(_ path: String) throws(SecureFileError) -> Glibc.stat {
-        var st = Glibc.stat()
-        guard Glibc.lstat(path, &st) == 0 else { throw .posix(errno, path) }
+        var st: Glibc.stat
+        switch Sys.lstat(path) {
+        case .success(let s): st = s
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
         guard st.st_mode & S_IFMT == S_IFREG else { return st }
         // A file open in this process may have writes still in its cache: its size is the truth.
         if let size = OpenFiles.openSize(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)) {
@@ -27,9 +31,7 @@ public enum SecureFileSystem {
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         defer { _ = Sys.close(fd) }
-        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        let got = bytes.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
-        guard case .success(let n) = got, n == bytes.count, case .success(let header) = FileHeader.parse(bytes),
+        guard case .success(let header) = FileHeader.read(from: fd),
               let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
             throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
         }
@@ -40,8 +42,11 @@ public enum SecureFileSystem {
     /// How many secure file handles this process has open on the file at `path` (symbolic links are
     /// followed, as `open` follows them). Other processes' handles are not counted.
     public static func openHandleCount(_ path: String) throws(SecureFileError) -> Int {
-        var st = Glibc.stat()
-        guard stat(path, &st) == 0 else { throw .posix(errno, path) }
+        let st: Glibc.stat
+        switch Sys.stat(path) {
+        case .success(let s): st = s
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
         return OpenFiles.handleCount(SharedFile.Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
     }
 

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// Sealing and opening chunks and trailers (docs/FORMAT.md "Chunks" and "Trailer"), and the
 /// scratch memory they use. Nothing here decides what to write where: that is the write path's job.

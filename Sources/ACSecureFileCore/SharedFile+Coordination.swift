@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// Coordinated mode (`Sharing.processes`): other processes may write the file at the same time.
 /// Each operation holds an open-file-description record lock on the whole file (shared for reads,
@@ -30,9 +31,7 @@ extension SharedFile {
         }
         if header == nil, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
-            var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-            let got = bytes.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, 0) }
-            guard case .success(let n) = got, n == bytes.count, case .success(let h) = FileHeader.parse(bytes) else {
+            guard case .success(let h) = FileHeader.read(from: ioFD) else {
                 endCoordinated()
                 throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
             }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// The authenticated end of the file: checking it, recovering from an interrupted write, and
 /// refusing to build on an end that does not authenticate (docs/FORMAT.md "Write order").

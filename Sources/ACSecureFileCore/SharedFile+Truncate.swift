@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// ftruncate semantics. Growing is a span of zeros (one run, like a write past the end). Shrinking
 /// writes the new trailer before cutting, and a cut inside a chunk first cuts at the end of that

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// The write path. A write-through call (the default) is one *span*: every chunk it changes,
 /// including the padding of a short last chunk and the encrypted zeros of a hole, sealed in order

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// The state of one secure file (one inode) shared by every handle this process has open on it,
 /// as the kernel's page cache is shared: each handle sees the others' writes at once.

@@ -1,9 +1,11 @@
+#if ACSECURE_SYSCALL_MOCKING  // debug builds and the fuzzers' (Package.swift)
 #if canImport(Glibc)
 import Glibc
 #endif
 import ACCrypto
+@_spi(Testing) import ACSystemCalls
 
-/// An in-memory file system behind `Sys`, for fuzzing and tests: a table of regular files
+/// An in-memory file system behind `Sys` (a `SystemCallBackend`), for fuzzing and tests: a table of regular files
 /// (path → bytes and inode number) and of descriptors (each with its open file description:
 /// offset, access mode, `O_APPEND`; `dup` shares it, as `dup(2)` does).
 ///
@@ -15,7 +17,7 @@ import ACCrypto
 /// with `EBADF` instead of touching a real file.
 ///
 /// Installed with `SecureFileTesting.useMemoryFileSystem(_:)`.
-@_spi(Testing) public final class MemoryFileSystem: @unchecked Sendable {
+@_spi(Testing) public final class MemoryFileSystem: SystemCallBackend, @unchecked Sendable {
     /// The first descriptor number handed out (far above what the process holds for real).
     public static let firstDescriptor: Int32 = 1 << 20
     /// The `st_dev` of every file: no real device has it, so the engine's open-file table never
@@ -140,7 +142,7 @@ import ACCrypto
         }
     }
 
-    func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
+    public func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
         locked {
             guard let d = descriptors[fd] else { return .failure(Errno(EBADF)) }
             d.description.statusFlags &= ~O_NONBLOCK
@@ -148,7 +150,7 @@ import ACCrypto
         }
     }
 
-    func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {
+    public func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {
         locked {
             guard descriptors[fd] != nil else { return .failure(Errno(EBADF)) }
             descriptors[fd]!.closeOnExec = false
@@ -174,6 +176,26 @@ import ACCrypto
             return .success(st)
         }
     }
+
+    /// `stat(2)` (no links: `lstat(2)` too).
+    public func pathStat(_ path: String) -> Result<stat, Errno> {
+        let fd: Int32
+        switch open(path, O_RDONLY, 0) {
+        case .success(let f): fd = f
+        case .failure(let e): return .failure(e)
+        }
+        defer { _ = close(fd) }
+        return fstat(fd)
+    }
+
+    /// Free bytes: what a file may still grow to.
+    public func availableBytes(_ fd: Int32) -> Result<Int64, Errno> { sync(fd).map { Self.maxFileSize } }
+
+    /// `read(2)`.
+    public func read(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer) -> Result<Int, Errno> { readv(fd, [buf]) }
+
+    /// `write(2)`.
+    public func write(_ fd: Int32, _ buf: UnsafeRawBufferPointer) -> Result<Int, Errno> { writev(fd, [buf]) }
 
     /// `fsync(2)` / `fdatasync(2)`: nothing to flush.
     public func sync(_ fd: Int32) -> Result<Void, Errno> {
@@ -299,13 +321,14 @@ import ACCrypto
 }
 
 extension SecureFileTesting {
-    /// Routes every engine system call (`Sys`) to `fileSystem` (nil: back to the kernel). For tests
-    /// and fuzzers; set it only while no other thread uses the engine and no file is open. When off
-    /// it costs each system call one load of a static.
+    /// Routes every system call of every module (`Sys`) to `fileSystem` (nil: back to the kernel).
+    /// For tests and fuzzers; set it only while no other thread makes file-system calls and no file
+    /// is open. Release builds of the library have no such hook (Package.swift).
     @_spi(Testing) public static func useMemoryFileSystem(_ fileSystem: MemoryFileSystem?) {
-        Sys.memory = fileSystem
+        SystemCallBackends.installed = fileSystem
     }
 
     /// The in-memory file system in use, if any.
-    @_spi(Testing) public static var memoryFileSystem: MemoryFileSystem? { Sys.memory }
+    @_spi(Testing) public static var memoryFileSystem: MemoryFileSystem? { SystemCallBackends.installed as? MemoryFileSystem }
 }
+#endif

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 /// A handle on a secure (encrypted) regular file: the reference's `ACFileHandle` (table 22), with
@@ -64,8 +65,12 @@ public final class ACFileHandle: @unchecked Sendable {
         // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
         // as the reference's examples do) as a new secure file: it opens it as creating (the file
         // exists, so nothing new is created). The engine refuses other opens of a 0-byte file.
-        var st = stat()
-        let adoptEmpty = flags & O_ACCMODE != O_RDONLY && lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
+        let adoptEmpty: Bool
+        if flags & O_ACCMODE != O_RDONLY, case .success(let st) = Sys.lstat(path) {
+            adoptEmpty = st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
+        } else {
+            adoptEmpty = false
+        }
         let openFlags = flags | O_CLOEXEC | (adoptEmpty ? O_CREAT : 0)
         return try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
     }
@@ -432,16 +437,7 @@ public final class ACFileHandle: @unchecked Sendable {
                 return Data()
             }
             var data = Data(count: wanted)
-            let got = try data.withUnsafeMutableBytes { buffer throws -> Int in
-                var done = 0
-                while done < wanted {
-                    let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<min(wanted, done + SecureFileIO.ioChunk)])
-                    let n = try file.pread(into: slice, at: start + Int64(done))
-                    if n == 0 { break }
-                    done += n
-                }
-                return done
-            }
+            let got = try data.withUnsafeMutableBytes { buffer throws -> Int in try file.preadFully(into: buffer, at: start) }
             if got < wanted { data.count = got }
             position += UInt64(got)
             return data

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 // NSFileManager category, reference table 23. Methods that take an error pointer in the
@@ -45,18 +46,23 @@ extension FileManager {
         try SecureFileIO.requireServices(srcPath)
         try bridgingErrors(srcPath) {
             _ = try SecureFileSystem.info(srcPath)  // regular, and a secure file (no key needed: group files move too)
-            var st = stat()
-            guard lstat(dstPath, &st) != 0 else { throw SecureFileError.posix(EEXIST, dstPath) }
+            if case .success = Sys.lstat(dstPath) { throw SecureFileError.posix(EEXIST, dstPath) }
             // link + unlink refuses an existing destination atomically; rename where links are not supported.
-            if link(srcPath, dstPath) == 0 {
-                unlink(srcPath)
-            } else if errno == EXDEV {
+            func removeSource() throws {
+                if case .failure(let e) = Sys.unlink(srcPath) {
+                    throw SecureFileError.posix(e.rawValue, "\(srcPath): moved to \(dstPath), but removing the old name failed")
+                }
+            }
+            switch Sys.link(srcPath, dstPath) {
+            case .success:
+                try removeSource()
+            case .failure(let e) where e.rawValue == EXDEV:
                 try SecureFileIO.copy(srcPath, to: dstPath, key: .app)
-                unlink(srcPath)
-            } else if errno == EPERM || errno == EMLINK || errno == ENOTSUP {
+                try removeSource()
+            case .failure(let e) where e.rawValue == EPERM || e.rawValue == EMLINK || e.rawValue == ENOTSUP:
                 try SecureFileSystem.rename(srcPath, dstPath)
-            } else {
-                throw SecureFileError.posix(errno, "\(srcPath) -> \(dstPath)")
+            case .failure(let e):
+                throw SecureFileError.posix(e.rawValue, "\(srcPath) -> \(dstPath)")
             }
             try SecureFileIO.syncDirectory(of: dstPath)
         }
@@ -115,8 +121,8 @@ extension FileManager {
         var offset: Int64 = 0
         while offset < sizeA {
             let count = Int(min(Int64(chunk), sizeA - offset))
-            let nA = try bridgingErrors(path1) { try bufA.withUnsafeMutableBytes { try a.pread(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
-            let nB = try bridgingErrors(path2) { try bufB.withUnsafeMutableBytes { try b.pread(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
+            let nA = try bridgingErrors(path1) { try bufA.withUnsafeMutableBytes { try a.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
+            let nB = try bridgingErrors(path2) { try bufB.withUnsafeMutableBytes { try b.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) } }
             guard nA == nB, nA > 0 else { return nA == nB }
             guard bufA[0..<nA] == bufB[0..<nB] else { return false }
             offset += Int64(nA)

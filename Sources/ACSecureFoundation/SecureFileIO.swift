@@ -5,6 +5,7 @@ import Foundation
 import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
+import ACSystemCalls
 
 /// The whole-file operations every Foundation extension shares: read all, write (atomically or
 /// not), copy with a fresh key, and the URL and group-ID checks. They throw `SecureFileError`
@@ -13,8 +14,6 @@ import ACSecureServices
 /// Every operation uses the process-wide secure services (`SecureServices.current`, started from
 /// the environment if needed), as the AppConnect categories use the app's secure services.
 enum SecureFileIO {
-    /// Reads and writes move at most this much plaintext per engine call.
-    static let ioChunk = 256 * 1024
 
     // MARK: arguments
 
@@ -59,16 +58,8 @@ enum SecureFileIO {
         let size = try file.size
         guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(file.path): \(size) bytes do not fit in memory") }
         var data = Data(count: count)
-        let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in
-            var done = 0
-            while done < count {
-                let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<min(count, done + ioChunk)])
-                let n = try file.pread(into: slice, at: Int64(done))
-                if n == 0 { break }  // shrunk meanwhile
-                done += n
-            }
-            return done
-        }
+        // Short when the file shrank meanwhile.
+        let got = try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) throws -> Int in try file.preadFully(into: buffer, at: 0) }
         if got < count { data.count = got }
         return data
     }
@@ -109,13 +100,7 @@ enum SecureFileIO {
 
     /// Writes all of `bytes` from `offset` on, finishing short writes.
     static func writeAll(_ file: SecureFile, _ bytes: UnsafeRawBufferPointer, at offset: Int64 = 0) throws {
-        var done = 0
-        while done < bytes.count {
-            let slice = UnsafeRawBufferPointer(rebasing: bytes[done..<min(bytes.count, done + ioChunk)])
-            let n = try file.pwrite(slice, at: offset + Int64(done))
-            guard n > 0 else { throw SecureFileError.ace(.internalError, "\(file.path): write made no progress") }
-            done += n
-        }
+        try file.pwriteFully(bytes, at: offset)
     }
 
     /// Writes `data` as the whole content of the secure file at `path`.
@@ -150,77 +135,60 @@ enum SecureFileIO {
     static func writeAtomically(_ bytes: UnsafeRawBufferPointer, to requestedPath: String, key: KeySelection,
                                 withoutOverwriting: Bool) throws {
         let path = try resolvedTarget(requestedPath)
-        var st = stat()
-        let exists = lstat(path, &st) == 0
-        if exists {
+        var existingMode: mode_t?
+        if case .success(let st) = Sys.lstat(path) {
             if withoutOverwriting { throw SecureFileError.posix(EEXIST, path) }
             guard st.st_mode & S_IFMT == S_IFREG else {
                 let isDirectory = st.st_mode & S_IFMT == S_IFDIR
                 throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
                                       message: "\(path): \(isDirectory ? "is a directory" : "not a regular file") (secure files are regular files only)")
             }
+            existingMode = st.st_mode & 0o7777
         }
-        let temporary = try createTemporary(near: path, key: key, mode: exists ? st.st_mode & 0o7777 : 0o666)
-        var open = true
-        do {
-            try writeAll(temporary, bytes)
-            if exists { _ = fchmod(temporary.fileDescriptor, st.st_mode & 0o7777) }
-            try temporary.sync()
-            open = false  // close() releases the descriptor even when it fails
-            try temporary.close()
-            try publish(temporary.path, as: path, withoutOverwriting: withoutOverwriting)
-        } catch {
-            // The temporary file is removed: only the first error matters, but a failed close is
-            // still reported with it.
-            let reported = open ? closing(temporary, after: error) : error
-            unlink(temporary.path)
-            throw reported
+        try publish(to: path, replacing: !withoutOverwriting, mode: existingMode, key: key) { file in
+            try writeAll(file, bytes)
         }
     }
 
-    /// A new, empty secure file next to `path` (same directory, so the rename stays on one file system).
-    static func createTemporary(near path: String, key: KeySelection, mode: mode_t) throws -> SecureFile {
-        let directory = (path as NSString).deletingLastPathComponent
-        let name = (path as NSString).lastPathComponent
-        for _ in 0..<8 {
-            let suffix = SecureRandom.bytes(8).map { String($0, radix: 16) }.joined()
-            let temporary = (directory.isEmpty ? "" : directory + "/") + ".\(name).acsecure-tmp-\(suffix)"
+    /// Writes a new secure file at `path` through `AtomicReplacement` (temporary file beside it,
+    /// fsync, rename — or link when not `replacing` — and fsync of the directory): `path` holds the
+    /// old or the new content, never a mix, and no temporary file is left. `fill` writes the
+    /// content. The file gets permission bits `mode` exactly (the mode of the file it replaces, or
+    /// of its source); nil: 0666 less the umask, as a new file.
+    static func publish(to path: String, replacing: Bool, mode: mode_t?, key: KeySelection,
+                        _ fill: (SecureFile) throws -> Void) throws {
+        let replacement = AtomicReplacement(destination: path)
+        // Errors name the file the caller asked for, not the temporary name it never chose.
+        func naming(_ error: Error) -> Error {
+            guard let e = error as? SecureFileError else { return error }
+            return SecureFileError(code: e.code, errno: e.errno == 0 ? nil : e.errno,
+                                   message: e.message.replacing(replacement.temporaryPath, with: path))
+        }
+        try replacement.run(replacing: replacing, write: { temporary in
+            let file: SecureFile
             do {
-                return try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                                           mode: mode, key: key)
+                file = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: mode ?? 0o666, key: key)
             } catch {
-                // A name taken by chance: try another.
-                guard error.errno == EEXIST else { throw error }
+                throw naming(error)
             }
-        }
-        throw SecureFileError.posix(EEXIST, "\(path): no free temporary name")
-    }
-
-    /// Moves a complete, synced temporary file to `path`, then syncs the directory so the new name
-    /// survives a power loss.
-    static func publish(_ temporary: String, as path: String, withoutOverwriting: Bool) throws {
-        if withoutOverwriting {
-            guard link(temporary, path) == 0 else { throw SecureFileError.posix(errno, path) }
-            unlink(temporary)
-        } else {
-            try SecureFileSystem.rename(temporary, path)
-        }
-        try syncDirectory(of: path)
+            do {
+                try fill(file)
+                if let mode, case .failure(let e) = Sys.fchmod(file.fileDescriptor, mode) { throw SecureFileError.posix(e.rawValue, "\(path): fchmod") }
+            } catch {
+                throw naming(closing(file, after: error))
+            }
+            do { try file.close() } catch { throw naming(error) }
+        }, failure: { SecureFileError.posix($0.errno.rawValue, "\($0.destination): \($0.step)") })
     }
 
     static func syncDirectory(of path: String) throws {
-        var directory = (path as NSString).deletingLastPathComponent
-        if directory.isEmpty { directory = "." }
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SecureFileError.posix(errno, directory) }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw SecureFileError.posix(errno, "\(directory): fsync") }
+        let directory = AtomicReplacement(destination: path).directory
+        if case .failure(let e) = Sys.syncDirectory(directory) { throw SecureFileError.posix(e.rawValue, "\(directory): fsync") }
     }
 
     /// An atomic write replaces the file a symbolic link points to, not the link.
     static func resolvedTarget(_ path: String) throws -> String {
-        var st = stat()
-        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFLNK else { return path }
+        guard case .success(let st) = Sys.lstat(path), st.st_mode & S_IFMT == S_IFLNK else { return path }
         return URL(fileURLWithPath: path).resolvingSymlinksInPath().path
     }
 
@@ -236,30 +204,10 @@ enum SecureFileIO {
     }
 
     private static func copy(_ input: SecureFile, to destination: String, key: KeySelection) throws {
-        var st = stat()
-        guard lstat(destination, &st) != 0 else { throw SecureFileError.posix(EEXIST, destination) }
+        if case .success = Sys.lstat(destination) { throw SecureFileError.posix(EEXIST, destination) }
         let sourceStat = try input.stat()
-        let output = try createTemporary(near: destination, key: key, mode: sourceStat.st_mode & 0o7777)
-        var open = true
-        do {
-            var buffer = [UInt8](repeating: 0, count: ioChunk)
-            defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
-            var offset: Int64 = 0
-            while true {
-                let n = try buffer.withUnsafeMutableBytes { try input.pread(into: $0, at: offset) }
-                if n == 0 { break }
-                try buffer.withUnsafeBytes { try writeAll(output, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: offset) }
-                offset += Int64(n)
-            }
-            _ = fchmod(output.fileDescriptor, sourceStat.st_mode & 0o7777)
-            try output.sync()
-            open = false  // close() releases the descriptor even when it fails
-            try output.close()
-            try publish(output.path, as: destination, withoutOverwriting: true)
-        } catch {
-            let reported = open ? closing(output, after: error) : error
-            unlink(output.path)
-            throw reported
+        try publish(to: destination, replacing: false, mode: sourceStat.st_mode & 0o7777, key: key) { output in
+            try input.copyPlaintext(to: output)
         }
     }
 }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 
 /// The on-disk store: a directory holding the secure services seed (docs/FORMAT.md, "The store").
 ///
@@ -22,8 +23,9 @@ struct SeedStore {
     /// tampered file cannot make an unlock allocate or compute without bound.
     static let opsLimitRange: ClosedRange<UInt64> = Argon2id.Cost.minimum.opsLimit...16
     static let memLimitRange: ClosedRange<UInt64> = UInt64(Argon2id.Cost.minimum.memLimit)...(1 << 30)
-    /// Names of temporary seed files (`seed.tmp.<pid>`), written before the rename over `seed`.
-    static let temporaryPrefix = "seed.tmp."
+    /// Names of temporary seed files (`.seed.acsecure-tmp-*`, `AtomicReplacement`), written before
+    /// the rename over `seed`; and `seed.tmp.*`, the name older versions used (still removed by `destroy`).
+    static let temporaryPrefixes = ["." + "seed" + AtomicReplacement.temporaryMarker, "seed.tmp."]
 
     let directory: String
     var seedPath: String { directory + "/seed" }
@@ -44,8 +46,8 @@ struct SeedStore {
     static let maximumFileSize = 4096
 
     func exists() -> Bool {
-        var st = stat()
-        return lstat(seedPath, &st) == 0
+        if case .success = Sys.lstat(seedPath) { return true }
+        return false
     }
 
     // MARK: reading
@@ -153,10 +155,11 @@ struct SeedStore {
     /// The store directory must be a directory of this user that group and others cannot access.
     /// Refused, not repaired: once others could write there, the seed itself is not trustworthy.
     func checkDirectoryIsPrivate() throws(SecureServicesError) {
-        var st = stat()
-        guard stat(directory, &st) == 0 else {
-            let e = errno
-            throw SecureServicesError(e == ENOENT ? .noKeys : .storeIO, "cannot examine the store directory \(directory): \(String(cString: strerror(e)))", errno: e)
+        let st: stat
+        switch Sys.stat(directory) {
+        case .success(let s): st = s
+        case .failure(let e):
+            throw SecureServicesError(e.rawValue == ENOENT ? .noKeys : .storeIO, "cannot examine the store directory \(directory): \(e.text)", errno: e.rawValue)
         }
         try Self.checkPrivate(st, directory, what: "store directory", type: S_IFDIR, repair: "chmod 700")
     }
@@ -181,17 +184,18 @@ struct SeedStore {
     /// Reads the seed file into `buffer` and returns its length: not through a symbolic link, from a
     /// private regular file of this user.
     private func readSeedFile(into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
-        let fd = open(seedPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            let e = errno
-            let why = e == ELOOP ? "it is a symbolic link" : String(cString: strerror(e))
-            throw SecureServicesError(e == ENOENT ? .noKeys : .storeIO, "cannot open \(seedPath): \(why)", errno: e)
+        let fd: Int32
+        switch Sys.open(seedPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) {
+        case .success(let f): fd = f
+        case .failure(let e):
+            let why = e.rawValue == ELOOP ? "it is a symbolic link" : e.text
+            throw SecureServicesError(e.rawValue == ENOENT ? .noKeys : .storeIO, "cannot open \(seedPath): \(why)", errno: e.rawValue)
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            let e = errno
-            throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(String(cString: strerror(e)))", errno: e)
+        defer { _ = Sys.close(fd) }  // read only: nothing to lose
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(e.text)", errno: e.rawValue)
         }
         try Self.checkPrivate(st, seedPath, what: "seed file", type: S_IFREG, repair: "chmod 600")
         return try readAll(fd, seedPath, into: buffer)
@@ -231,74 +235,67 @@ struct SeedStore {
         let parts = directory.split(separator: "/", omittingEmptySubsequences: true)
         for (i, part) in parts.enumerated() {
             path += "/" + part
-            if mkdir(path, i == parts.count - 1 ? 0o700 : 0o755) != 0 && errno != EEXIST {
-                throw SecureServicesError(.storeIO, "cannot create \(path): \(String(cString: strerror(errno)))", errno: errno)
+            if case .failure(let e) = Sys.mkdir(path, i == parts.count - 1 ? 0o700 : 0o755), e.rawValue != EEXIST {
+                throw SecureServicesError(.storeIO, "cannot create \(path) (for the store \(directory)): \(e.text)", errno: e.rawValue)
             }
         }
-        var st = stat()
-        guard stat(directory, &st) == 0 else {
-            throw SecureServicesError(.storeIO, "cannot examine \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        var st: stat
+        switch Sys.stat(directory) {
+        case .success(let s): st = s
+        case .failure(let e): throw SecureServicesError(.storeIO, "cannot examine \(directory): \(e.text)", errno: e.rawValue)
         }
         if st.st_mode & S_IFMT == S_IFDIR, st.st_uid == geteuid(), st.st_mode & 0o077 != 0 {
-            guard chmod(directory, 0o700) == 0, stat(directory, &st) == 0 else {
-                throw SecureServicesError(.storeIO, "cannot make \(directory) private (mode 700): \(String(cString: strerror(errno)))", errno: errno)
+            switch Sys.chmod(directory, 0o700).flatMap({ Sys.stat(directory) }) {
+            case .success(let s): st = s
+            case .failure(let e): throw SecureServicesError(.storeIO, "cannot make \(directory) private (mode 700): \(e.text)", errno: e.rawValue)
             }
         }
         try Self.checkPrivate(st, directory, what: "store directory", type: S_IFDIR, repair: "chmod 700")
     }
 
-    /// Overwrites with zeros and removes every seed-related file — `seed` and any `seed.tmp.*` an
-    /// interrupted write left — then removes the store directory if nothing else is in it.
+    /// Overwrites with zeros and removes every seed-related file — `seed` and any temporary seed file
+    /// an interrupted write left (`temporaryPrefixes`) — then removes the store directory if nothing else is in it.
     /// Symbolic links are removed, never written through.
     func destroy() throws(SecureServicesError) {
-        guard let dir = opendir(directory) else {
-            if errno == ENOENT { return }
-            throw SecureServicesError(.storeIO, "cannot list \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        let names: [String]
+        switch Sys.directoryEntries(directory) {
+        case .success(let all): names = all.filter { name in name == "seed" || Self.temporaryPrefixes.contains { name.hasPrefix($0) } }
+        case .failure(let e) where e.rawValue == ENOENT: return
+        case .failure(let e): throw SecureServicesError(.storeIO, "cannot list \(directory): \(e.text)", errno: e.rawValue)
         }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
-            }
-            if name == "seed" || name.hasPrefix(Self.temporaryPrefix) { names.append(name) }
-        }
-        closedir(dir)
         for name in names.sorted() { try Self.overwriteAndRemove(directory + "/" + name) }
-        if !names.isEmpty { try syncDirectory(directory) }
+        if !names.isEmpty, case .failure(let e) = Sys.syncDirectory(directory) {
+            throw SecureServicesError(.storeIO, "cannot fsync \(directory): \(e.text)", errno: e.rawValue)
+        }
         // Other files (not ours) keep the directory; that is not an error.
-        if rmdir(directory) != 0, errno != ENOTEMPTY, errno != EEXIST, errno != ENOENT {
-            throw SecureServicesError(.storeIO, "cannot remove \(directory): \(String(cString: strerror(errno)))", errno: errno)
+        if case .failure(let e) = Sys.rmdir(directory), e.rawValue != ENOTEMPTY, e.rawValue != EEXIST, e.rawValue != ENOENT {
+            throw SecureServicesError(.storeIO, "cannot remove \(directory): \(e.text)", errno: e.rawValue)
         }
     }
 
     private static func overwriteAndRemove(_ path: String) throws(SecureServicesError) {
-        func failure(_ what: String, _ e: Int32) -> SecureServicesError {
-            SecureServicesError(.storeIO, "cannot \(what) \(path): \(String(cString: strerror(e)))", errno: e)
+        func failure(_ what: String, _ e: Errno) -> SecureServicesError {
+            SecureServicesError(.storeIO, "cannot \(what) \(path): \(e.text)", errno: e.rawValue)
         }
-        let fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        if fd >= 0 {
-            var st = stat()
-            guard fstat(fd, &st) == 0 else { let e = errno; close(fd); throw failure("examine", e) }
-            if st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 {
+        switch Sys.open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) {
+        case .success(let fd):
+            let zeroed = Sys.fstat(fd).mapError { failure("examine", $0) }.flatMap { st -> Result<Void, SecureServicesError> in
+                guard st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else { return .success(()) }
                 let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
-                var done = 0
-                while done < zeros.count {
-                    let n = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(done)) }
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        let e = errno; close(fd); throw failure("overwrite", e)
-                    }
-                    done += n
-                }
-                guard fsync(fd) == 0 else { let e = errno; close(fd); throw failure("fsync", e) }
+                return zeros.withUnsafeBytes { Sys.pwriteFull(fd, $0.baseAddress!, $0.count, 0) }.mapError { failure("overwrite", $0) }
+                    .flatMap { Sys.fsync(fd).mapError { failure("fsync", $0) } }
             }
-            guard close(fd) == 0 else { throw failure("close", errno) }
-        } else if errno == ENOENT {
+            let closed = Sys.close(fd)
+            try zeroed.get()
+            if case .failure(let e) = closed { throw failure("close", e) }
+        case .failure(let e) where e.rawValue == ENOENT:
             return
-        } else if errno != ELOOP {  // ELOOP: a symbolic link, removed below without following it
-            throw failure("open", errno)
+        case .failure(let e) where e.rawValue != ELOOP:  // ELOOP: a symbolic link, removed below without following it
+            throw failure("open", e)
+        case .failure:
+            break
         }
-        guard unlink(path) == 0 || errno == ENOENT else { throw failure("remove", errno) }
+        if case .failure(let e) = Sys.unlink(path), e.rawValue != ENOENT { throw failure("remove", e) }
     }
 }
 
@@ -307,63 +304,34 @@ func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncati
 /// Reads a small file to its end straight into `buffer` (no other copy) and returns its length; a
 /// file that fills the buffer is not a seed file.
 func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
-    var count = 0
-    while count < buffer.count {
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
-        if n < 0 {
-            if errno == EINTR { continue }
-            throw SecureServicesError(.storeIO, "cannot read \(path): \(String(cString: strerror(errno)))", errno: errno)
-        }
-        if n == 0 { return count }
-        count += n
+    let n: Int
+    switch buffer.withUnsafeMutableBytes({ Sys.readFull(fd, $0.baseAddress!, $0.count) }) {
+    case .success(let got): n = got
+    case .failure(let e): throw SecureServicesError(.storeIO, "cannot read \(path): \(e.text)", errno: e.rawValue)
     }
-    throw SecureServicesError(.corruptStore, "\(path): too large for a seed file")
+    guard n < buffer.count else { throw SecureServicesError(.corruptStore, "\(path): too large for a seed file") }
+    return n
 }
 
-/// Writes `bytes` to `path` atomically: a new temporary file `<path>.tmp.<pid>` (created with
-/// `O_EXCL | O_NOFOLLOW`, so a planted file or link there is never written through), fsync, rename,
-/// fsync of the directory. Every failure is reported, with the path it concerns.
-func writeFileAtomically(_ path: String, _ bytes: [UInt8]) throws(SecureServicesError) {
-    let tmp = path + ".tmp.\(getpid())"
-    let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-    guard fd >= 0 else {
-        let e = errno
-        let why = e == EEXIST ? "it already exists (left by an interrupted write, or planted): remove it" : String(cString: strerror(e))
-        throw SecureServicesError(.storeIO, "cannot create \(tmp): \(why)", errno: e)
+/// Writes `bytes` to `path` atomically (`AtomicReplacement`: a temporary file created with
+/// `O_EXCL | O_NOFOLLOW`, so a planted file or link is never written through; fsync, rename, fsync
+/// of the directory). Every failure is reported, naming `path`; the temporary file is removed.
+/// - Parameter replacement: the temporary name to use (a test plants a link there).
+func writeFileAtomically(_ path: String, _ bytes: [UInt8],
+                         through replacement: AtomicReplacement? = nil) throws(SecureServicesError) {
+    func failure(_ step: String, _ e: Errno) -> SecureServicesError {
+        SecureServicesError(.storeIO, "cannot write \(path): \(step): \(e.text)", errno: e.rawValue)
     }
-    func fail(_ what: String, _ e: Int32, closing: Bool = true) -> SecureServicesError {
-        if closing { close(fd) }
-        unlink(tmp)
-        return SecureServicesError(.storeIO, "cannot \(what) \(tmp): \(String(cString: strerror(e)))", errno: e)
-    }
-    var written = 0
-    while written < bytes.count {
-        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
-        if n < 0 {
-            if errno == EINTR { continue }
-            throw fail("write", errno)
+    try (replacement ?? AtomicReplacement(destination: path)).run(write: { (temporary) throws(SecureServicesError) in
+        let fd: Int32
+        switch Sys.open(temporary, O_WRONLY | AtomicReplacement.exclusiveCreationFlags, 0o600) {
+        case .success(let f): fd = f
+        case .failure(let e):
+            throw SecureServicesError(.storeIO, "cannot create \(temporary) (to write \(path)): \(e.text)", errno: e.rawValue)
         }
-        written += n
-    }
-    guard fsync(fd) == 0 else { throw fail("fsync", errno) }
-    guard close(fd) == 0 else { throw fail("close", errno, closing: false) }
-    guard rename(tmp, path) == 0 else {
-        let e = errno
-        unlink(tmp)
-        throw SecureServicesError(.storeIO, "cannot rename \(tmp) to \(path): \(String(cString: strerror(e)))", errno: e)
-    }
-    // Make the rename itself durable.
-    let dir = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
-    try syncDirectory(dir.isEmpty ? "." : dir)
-}
-
-func syncDirectory(_ dir: String) throws(SecureServicesError) {
-    let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard dfd >= 0 else {
-        throw SecureServicesError(.storeIO, "cannot open \(dir) to fsync it: \(String(cString: strerror(errno)))", errno: errno)
-    }
-    defer { close(dfd) }
-    guard fsync(dfd) == 0 else {
-        throw SecureServicesError(.storeIO, "cannot fsync \(dir): \(String(cString: strerror(errno)))", errno: errno)
-    }
+        let written = bytes.withUnsafeBytes { Sys.writeFull(fd, $0.baseAddress!, $0.count) }
+        let closed = Sys.close(fd)
+        if case .failure(let e) = written { throw failure("write", e) }
+        if case .failure(let e) = closed { throw failure("close", e) }
+    }, failure: { failure($0.step, $0.errno) })
 }

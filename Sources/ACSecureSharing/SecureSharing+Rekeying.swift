@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 import ACSecureSharingCore
 
@@ -35,7 +36,7 @@ public enum SecureSharing {
     /// Rules: the file must not be open in this process (checked: `EBUSY`); other processes that have
     /// it open keep reading the old file (the rename replaces the directory entry), so rotate only when
     /// no other process uses it. A crash leaves either the old or the new file at `path` (plus, at
-    /// worst, a `.<name>.rotate-*` temporary file to delete).
+    /// worst, a `.<name>.acsecure-tmp-*` temporary file to delete).
     ///
     /// - Parameters:
     ///   - key: the file's key selection; the rotated file is wrapped under the same key.
@@ -50,37 +51,30 @@ public enum SecureSharing {
                                   message: "\(path): open in this process (\(open) handle\(open == 1 ? "" : "s")); close it before rotating its data key")
         }
         let source = try SecureFile.open(path, flags: O_RDONLY | O_CLOEXEC, key: key, services: services)
-        defer { try? source.close() }
+        defer { try? source.close() }  // read only: nothing to lose
         let st = try source.stat()
-        let temporary = try SiblingFiles.temporarySibling(of: path, purpose: "rotate")
-        let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, key: key, services: services)
+        let replacement = AtomicReplacement(destination: path)
         do throws(SecureFileError) {
-            let buffer: SecureBuffer
-            do { buffer = try SecureBuffer(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
-            try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
-                var at: Int64 = 0
-                while true {
-                    let n = try source.pread(into: b, at: at)
-                    if n == 0 { break }
-                    var done = 0
-                    while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
-                    at += Int64(n)
-                }
+            let out = try SecureFile.open(replacement.temporaryPath, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags,
+                                          mode: 0o600, key: key, services: services)
+            do throws(SecureFileError) {
+                try source.copyPlaintext(to: out)
+                if case .failure(let e) = Sys.fchmod(out.fileDescriptor, st.st_mode & 0o7777) { throw SecureFileError.posix(e.rawValue, "\(path): fchmod") }
+            } catch {
+                try? out.close()  // the first error is the one reported; the file is removed below
+                throw error
             }
-            guard fchmod(out.fileDescriptor, st.st_mode & 0o7777) == 0 else { throw SecureFileError.posix(errno, "\(temporary): fchmod") }
-            try out.sync()
             try out.close()
             // Re-check just before replacing the file: an open that raced us would be left on the old inode.
             let now = try SecureFileSystem.openHandleCount(path)
             guard now == 1 else {
                 throw SecureFileError(code: .invalidArgument, errno: EBUSY, message: "\(path): opened in this process during the rotation; not replaced")
             }
-            try SecureFileSystem.rename(temporary, path)
         } catch {
-            try? out.close()
-            unlink(temporary)
-            throw error
+            replacement.discard()
+            throw SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
+                                  message: error.message.replacing(replacement.temporaryPath, with: path))
         }
-        SiblingFiles.syncDirectory(of: path)
+        if case .failure(let f) = replacement.publish() { throw SecureFileError.posix(f.errno.rawValue, "\(f.destination): \(f.step)") }
     }
 }

@@ -25,8 +25,6 @@ package enum WrappedFileLayout {
     package static let version: UInt8 = 1
     package static let recordHeaderSize = 8
     package static let maximumNameLength = 1024
-    /// `KeyEncryptionKey.KeyClass.cryptoBlock`, at byte 9 of the secure file header.
-    package static let keyClassOffset = 9
 
     package static func validateName(_ name: String) throws(SecureFileError) -> [UInt8] {
         let bytes = Array(name.utf8)
@@ -43,25 +41,5 @@ package enum WrappedFileLayout {
 
     package static func record(name: [UInt8]) -> [UInt8] {
         magic + [version, 0, UInt8(name.count >> 8), UInt8(name.count & 0xff)] + name
-    }
-}
-
-/// Helpers for writing a file next to another and replacing it (wrapping, data key rotation).
-package enum SiblingFiles {
-    /// `<dir>/.<name>.<purpose>-<random>`: a fresh name next to `path`, on the same file system.
-    package static func temporarySibling(of path: String, purpose: String) throws(SecureFileError) -> String {
-        let slash = path.lastIndex(of: "/")
-        let directory = slash.map { String(path[..<$0]) } ?? "."
-        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-        guard !name.isEmpty else { throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(path): names a directory") }
-        let random = SecureRandom.bytes(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-        return (directory.isEmpty ? "" : directory) + "/." + name + "." + purpose + "-" + random
-    }
-
-    /// Makes a rename in `path`'s directory durable (best effort: some file systems refuse to fsync a directory).
-    package static func syncDirectory(of path: String) {
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let fd = Glibc.open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { _ = fsync(fd); close(fd) }
     }
 }

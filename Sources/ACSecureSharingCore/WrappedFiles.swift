@@ -4,6 +4,7 @@ import Glibc
 import Synchronization
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 /// Extension wrapped files on the engine alone, without Foundation: the logic behind ACSecureSharing's
@@ -49,37 +50,46 @@ package enum WrappedFiles {
                              actualFileName: String?) throws(SecureFileError) {
         let block = try CryptoBlock.parse(cryptoBlock)
         let name = try WrappedFileLayout.validateName(actualFileName ?? lastComponent(path))
-        let source = try openRegularFile(path)
-        defer { close(source) }
-        let provider = FixedKeyProvider(kek: block.kek)
-        let temporary = try SiblingFiles.temporarySibling(of: toPath, purpose: "wrap")
-        let out = try SecureFile.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600, services: provider)
-        do throws(SecureFileError) {
-            let record = WrappedFileLayout.record(name: name)
-            _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
-            let buffer: SecureBuffer
-            do { buffer = try SecureBuffer(count: 256 << 10) } catch { throw .crypto(error, "\(path): read buffer") }
-            try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
-                while true {
-                    let n = Glibc.read(source, b.baseAddress, b.count)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        throw .posix(errno, "\(path): read")
-                    }
-                    if n == 0 { break }
-                    var done = 0
-                    while done < n { done += try out.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
-                }
-            }
-            try out.sync()
-            try out.close()
-            try SecureFileSystem.rename(temporary, toPath)
-        } catch {
-            try? out.close()
-            unlink(temporary)
-            throw error
+        guard !toPath.isEmpty, !toPath.hasSuffix("/") else {
+            throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(toPath): names a directory")
         }
-        SiblingFiles.syncDirectory(of: toPath)
+        let source = try openRegularFile(path)
+        defer { _ = Sys.close(source) }  // read only: nothing to lose
+        let provider = FixedKeyProvider(kek: block.kek)
+        let replacement = AtomicReplacement(destination: toPath)
+        try replacement.run(write: { (temporary) throws(SecureFileError) in
+            func naming(_ error: SecureFileError) -> SecureFileError {
+                SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
+                                message: error.message.replacing(temporary, with: toPath))
+            }
+            let out: SecureFile
+            do throws(SecureFileError) {
+                out = try SecureFile.open(temporary, flags: O_WRONLY | AtomicReplacement.exclusiveCreationFlags, mode: 0o600, services: provider)
+            } catch {
+                throw naming(error)
+            }
+            do throws(SecureFileError) {
+                let record = WrappedFileLayout.record(name: name)
+                _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
+                let buffer: SecureBuffer
+                do throws(CryptoError) { buffer = try SecureBuffer(count: 256 << 10) } catch { throw .crypto(error, "\(path): read buffer") }
+                try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
+                    while true {
+                        let n: Int
+                        switch Sys.readFull(source, b.baseAddress!, b.count) {
+                        case .success(let got): n = got
+                        case .failure(let e): throw .posix(e.rawValue, "\(path): read")
+                        }
+                        if n == 0 { break }
+                        try out.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
+                    }
+                }
+            } catch {
+                try? out.close()  // the first error is the one reported; the file is removed
+                throw naming(error)
+            }
+            do throws(SecureFileError) { try out.close() } catch { throw naming(error) }
+        }, failure: { SecureFileError.posix($0.errno.rawValue, "\($0.destination): \($0.step)") })
     }
 
     package static func lastComponent(_ path: String) -> String {
@@ -87,19 +97,28 @@ package enum WrappedFiles {
     }
 
     private static func openRegularFile(_ path: String) throws(SecureFileError) -> Int32 {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            if errno == EISDIR { throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (only regular files can be wrapped)") }
-            throw .posix(errno, path)
+        let fd: Int32
+        switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {
+        case .success(let f): fd = f
+        case .failure(let e) where e.rawValue == EISDIR:
+            throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (only regular files can be wrapped)")
+        case .failure(let e): throw .posix(e.rawValue, path)
         }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { let e = errno; close(fd); throw .posix(e, path) }
-        guard st.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
-            throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
-                                  message: "\(path): not a regular file (only regular files can be wrapped)")
+        do throws(SecureFileError) {
+            let st: stat
+            switch Sys.fstat(fd) {
+            case .success(let s): st = s
+            case .failure(let e): throw .posix(e.rawValue, path)
+            }
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
+                                      message: "\(path): not a regular file (only regular files can be wrapped)")
+            }
+            if case .failure(let e) = Sys.clearNonblocking(fd) { throw .posix(e.rawValue, path) }
+        } catch {
+            _ = Sys.close(fd)
+            throw error
         }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         return fd
     }
 
@@ -142,32 +161,32 @@ package enum WrappedFiles {
 
     /// Looks at the clear header only: is this a secure file of the wrapped-file key class?
     private static func checkIsWrapped(_ path: String) throws(WrappedFileOpenError) {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            let e = errno
-            if e == EISDIR { throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory")) }
-            throw .secureFile(.posix(e, path))
+        let fd: Int32
+        switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {
+        case .success(let f): fd = f
+        case .failure(let e) where e.rawValue == EISDIR:
+            throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory"))
+        case .failure(let e): throw .secureFile(.posix(e.rawValue, path))
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw .secureFile(.posix(errno, path)) }
+        defer { _ = Sys.close(fd) }  // read only: nothing to lose
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw .secureFile(.posix(e.rawValue, path))
+        }
         guard st.st_mode & S_IFMT == S_IFREG else {
             throw .secureFile(SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                               message: "\(path): not a regular file"))
         }
-        var head = [UInt8](repeating: 0, count: 16)
-        var got = 0
-        while got < head.count {
-            let n = head.withUnsafeMutableBytes { Glibc.pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
-            if n < 0 { if errno == EINTR { continue }; throw .secureFile(.posix(errno, "\(path): read")) }
-            if n == 0 { break }
-            got += n
+        let header: FileHeader
+        switch FileHeader.read(from: fd) {
+        case .success(let h): header = h
+        case .failure(.io(let e)): throw .secureFile(.posix(e, "\(path): read"))
+        case .failure(.invalid(let why)):
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (\(why))")
         }
-        guard got == head.count, Array(head[0..<4]) == Array("ACSF".utf8) else {
-            throw .unknownWrapperFormat("\(path): not an extension wrapped file (no secure file header)")
-        }
-        guard head[WrappedFileLayout.keyClassOffset] == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
-            throw .unknownWrapperFormat("\(path): not an extension wrapped file (a secure file of key class \(head[WrappedFileLayout.keyClassOffset]), not a wrapped file)")
+        guard header.keyClass == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
+            throw .unknownWrapperFormat("\(path): not an extension wrapped file (a secure file of key class \(header.keyClass), not a wrapped file)")
         }
     }
 
@@ -242,14 +261,7 @@ package final class WrappedFileReader: Sendable {
         guard buffer.count > 0, offset < SecureFile.maximumFileSize else { return 0 }
         let available = try length - offset
         let n = Int(clamping: min(Int64(buffer.count), max(0, available)))
-        var done = 0
-        let start = contentOffset + offset
-        while done < n {
-            let m = try file.pread(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<n]), at: start + Int64(done))
-            if m == 0 { break }
-            done += m
-        }
-        return done
+        return try file.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n]), at: contentOffset + offset)
     }
 
     /// Closes the file; later reads fail with EBADF (the engine's closed-handle error). Closing twice

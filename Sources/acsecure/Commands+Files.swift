@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 import ACSecureSharing
 
@@ -79,10 +80,10 @@ struct Encrypt: ParsableCommand {
 /// Encrypts a plain file (or - for stdin) into a new secure file that appears whole or not at all.
 func encryptFile(_ input: String, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
     let fd = input == "-" ? 0 : try PlainIO.open(input, O_RDONLY)
-    defer { if fd != 0 { Glibc.close(fd) } }
+    defer { if fd != 0 { PlainIO.closeAfterReading(fd) } }
     let pending = try PendingOutput(destination: output, force: force)
     let file = try pending.namingDestination(creating: true) { () throws(CLIError) in
-        try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
+        try openSecure(pending.temporaryPath, flags: O_WRONLY | PendingOutput.creationFlags, key: key, services: services)
     }
     let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
     try pending.namingDestination { () throws(CLIError) in
@@ -143,16 +144,15 @@ func decryptFile(_ input: String, to output: String, key: KeySelection, force: B
     defer { try? file.close() }
     let pending = try PendingOutput(destination: output, force: force)
     let fd = try pending.namingDestination(creating: true) { () throws(CLIError) in
-        try PlainIO.open(pending.temporaryPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        try PlainIO.open(pending.temporaryPath, O_WRONLY | PendingOutput.creationFlags, 0o600)
     }
     var closed = false
-    defer { if !closed { Glibc.close(fd) } }
+    defer { if !closed { PlainIO.closeAfterReading(fd) } }  // only after a failure already thrown
     let progress = Progress.make("decrypt \(input)", total: try? file.size)
     _ = try copySecure(file, to: fd, outputName: output, progress: progress)
     progress?.finish()
-    guard fsync(fd) == 0 else { throw CLIError.posix(errno, "\(output): fsync") }
     closed = true
-    guard Glibc.close(fd) == 0 else { throw CLIError.posix(errno, "\(output): close") }
+    try PlainIO.close(fd, output)  // commit fsyncs the file before the rename
     try pending.commit(force: force)
 }
 
@@ -228,7 +228,7 @@ struct Write: ParsableCommand {
         let pending = try PendingOutput(destination: file, force: force,
                                         replaceHint: "use --force to replace it, or --append to add to a secure file")
         let f = try pending.namingDestination(creating: true) { () throws(CLIError) in
-            try openSecure(pending.temporaryPath, flags: O_WRONLY | O_CREAT | O_EXCL, key: key, services: services)
+            try openSecure(pending.temporaryPath, flags: O_WRONLY | PendingOutput.creationFlags, key: key, services: services)
         }
         try pending.namingDestination { () throws(CLIError) in
             do throws(CLIError) { _ = try copyPlain(0, name: "standard input", into: f, progress: nil) } catch {

@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 // MARK: verify
@@ -257,14 +258,11 @@ struct List: ParsableCommand {
     func run() throws {
         let dirs = directories.isEmpty ? ["."] : directories
         try forEachPath(dirs) { (dir) throws(CLIError) in
-            guard let d = opendir(dir) else { throw CLIError.posix(errno, dir) }
-            var names: [String] = []
-            while let entry = readdir(d) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-                if name == "." || name == ".." || (!all && name.hasPrefix(".")) { continue }
-                names.append(name)
+            let names: [String]
+            switch Sys.directoryEntries(dir) {
+            case .success(let all): names = all.filter { self.all || !$0.hasPrefix(".") }
+            case .failure(let e): throw CLIError.posix(e.rawValue, dir)
             }
-            closedir(d)
             if dirs.count > 1 { print("\(dir):") }
             print("KIND       " + pad("SIZE", 14) + "  KEY    NAME")
             for name in names.sorted() {
@@ -277,8 +275,7 @@ struct List: ParsableCommand {
     }
 
     private func classify(_ path: String) -> (String, String, String) {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return ("?", "-", "-") }
+        guard case .success(let st) = Sys.lstat(path) else { return ("?", "-", "-") }
         switch st.st_mode & S_IFMT {
         case S_IFDIR: return ("dir", "-", "-")
         case S_IFLNK: return ("link", "-", "-")
@@ -291,7 +288,7 @@ struct List: ParsableCommand {
         case .success(let m): magic = m
         case .failure(let e):
             fflush(nil)
-            writeStderr("acsecure: warning: \(path): cannot read: \(String(cString: strerror(e.code))) (\(errnoName(e.code)))\n")
+            writeStderr("acsecure: warning: \(path): cannot read: \(e.text) (\(errnoName(e.rawValue)))\n")
             return ("unreadable", "\(st.st_size)", "-")
         }
         if magic, let info = try? SecureFileSystem.info(path) {
@@ -300,23 +297,14 @@ struct List: ParsableCommand {
         return (magic ? "damaged" : "plain", "\(st.st_size)", "-")
     }
 
-    struct Errno: Error { var code: Int32 }
-
     /// Whether the file starts with the secure file magic, or the errno of the open or read that failed.
     private func readSecureMagic(_ path: String) -> Result<Bool, Errno> {
-        var fd: Int32
-        repeat { fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW) } while fd < 0 && errno == EINTR
-        guard fd >= 0 else { return .failure(Errno(code: errno)) }
-        defer { Glibc.close(fd) }
-        var magic = [UInt8](repeating: 0, count: 4)
-        var got = 0
-        while got < magic.count {
-            let n = magic.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + got, $0.count - got) }
-            if n < 0 { if errno == EINTR { continue }; return .failure(Errno(code: errno)) }
-            if n == 0 { break }
-            got += n
+        Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW).flatMap { fd in
+            defer { _ = Sys.close(fd) }  // read only
+            var magic = [UInt8](repeating: 0, count: 4)
+            return magic.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
+                .map { got in got == magic.count && magic == FileHeader.magic }
         }
-        return .success(got == magic.count && magic == FileHeader.magic)
     }
 
     private func pad(_ s: String, _ width: Int) -> String {

@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 struct Demo: ParsableCommand {
@@ -31,7 +32,11 @@ struct Demo: ParsableCommand {
         let work: String
         var createdWork = false
         if let dir {
-            if mkdir(dir, 0o700) == 0 { createdWork = true } else if errno != EEXIST { throw CLIError.posix(errno, dir) }
+            switch Sys.mkdir(dir, 0o700) {
+            case .success: createdWork = true
+            case .failure(let e) where e.rawValue == EEXIST: break
+            case .failure(let e): throw CLIError.posix(e.rawValue, dir)
+            }
             work = dir
         } else {
             var template = Array("\(tmpDirectory())/acsecure-demo.XXXXXX".utf8CString)
@@ -67,7 +72,7 @@ struct Demo: ParsableCommand {
 
         // 3. Encrypt.
         let secure = work + "/sample.txt.acsf"
-        if PlainIO.exists(secure) { _ = unlink(secure) }
+        if PlainIO.exists(secure) { _ = Sys.unlink(secure) }
         try encryptFile(sample, to: secure, key: .app, force: false, services: services)
         let info = try secureInfo(secure)
         let layout = info.layout
@@ -78,10 +83,10 @@ struct Demo: ParsableCommand {
 
         // 5. Read back and compare.
         let roundTrip = work + "/roundtrip.txt"
-        if PlainIO.exists(roundTrip) { _ = unlink(roundTrip) }
+        if PlainIO.exists(roundTrip) { _ = Sys.unlink(roundTrip) }
         try decryptFile(secure, to: roundTrip, key: .app, force: false, services: services)
         let same = try filesEqual(sample, roundTrip)
-        _ = unlink(roundTrip)
+        _ = Sys.unlink(roundTrip)
         step(5, "read back", "decrypted \(info.plaintextSize) bytes; identical to the original: \(same ? "yes" : "NO")")
         checks.expect(same, "the decrypted file equals the original")
 
@@ -149,8 +154,8 @@ struct Demo: ParsableCommand {
         } catch let e as SecureServicesError {
             throw CLIError(e, store: storeDir)
         }
-        _ = unlink(tampered)
-        _ = unlink(truncated)
+        _ = Sys.unlink(tampered)
+        _ = Sys.unlink(truncated)
 
         print("")
         if checks.failed.isEmpty {
@@ -200,7 +205,7 @@ struct Demo: ParsableCommand {
 
     private func readWhole(_ path: String) throws -> [UInt8] {
         let fd = try PlainIO.open(path, O_RDONLY)
-        defer { Glibc.close(fd) }
+        defer { PlainIO.closeAfterReading(fd) }
         let n = Int(PlainIO.size(fd) ?? 0)
         var bytes = [UInt8](repeating: 0, count: n)
         let got = try bytes.withUnsafeMutableBytes { b in try PlainIO.readFull(fd, b.baseAddress!, n, path) }
@@ -209,8 +214,13 @@ struct Demo: ParsableCommand {
 
     private func writeWhole(_ path: String, _ bytes: [UInt8]) throws {
         let fd = try PlainIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        defer { Glibc.close(fd) }
-        try bytes.withUnsafeBytes { b in try PlainIO.writeFull(fd, b.baseAddress!, b.count, path) }
+        do {
+            try bytes.withUnsafeBytes { b in try PlainIO.writeFull(fd, b.baseAddress!, b.count, path) }
+        } catch {
+            PlainIO.closeAfterReading(fd)  // the write error is the one reported
+            throw error
+        }
+        try PlainIO.close(fd, path)
     }
 
     private func filesEqual(_ a: String, _ b: String) throws -> Bool {
@@ -231,19 +241,12 @@ struct Demo: ParsableCommand {
 
     /// Removes the demo's own directory tree (files it made and the store).
     private func removeTree(_ path: String) {
-        guard let d = opendir(path) else { _ = unlink(path); return }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        closedir(d)
+        guard case .success(let names) = Sys.directoryEntries(path) else { _ = Sys.unlink(path); return }
         for name in names {
             let child = path + "/" + name
-            var st = stat()
-            if lstat(child, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR { removeTree(child) } else { _ = unlink(child) }
+            if case .success(let st) = Sys.lstat(child), st.st_mode & S_IFMT == S_IFDIR { removeTree(child) } else { _ = Sys.unlink(child) }
         }
-        _ = rmdir(path)
+        _ = Sys.rmdir(path)
     }
 }
 

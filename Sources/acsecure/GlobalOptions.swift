@@ -4,6 +4,7 @@ import Glibc
 import ArgumentParser
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 /// Options every subcommand takes: which app, which store, where the passcode comes from.
@@ -33,8 +34,8 @@ struct GlobalOptions: ParsableArguments {
     var seedPath: String { storeDirectory + "/seed" }
 
     var storeExists: Bool {
-        var st = stat()
-        return lstat(seedPath, &st) == 0
+        if case .success = Sys.lstat(seedPath) { return true }
+        return false
     }
 
     func validate() throws {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureFileCore
+import ACSystemCalls
 import ACSecureServices
 
 /// Plaintext passes through one guarded buffer of this size: memory stays bounded whatever the
@@ -13,44 +14,45 @@ let streamBufferSize = 256 * 1024
 
 enum PlainIO {
     static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0o600) throws(CLIError) -> Int32 {
-        while true {
-            let fd = Glibc.open(path, flags | O_CLOEXEC, mode)
-            if fd >= 0 { return fd }
-            if errno == EINTR { continue }
-            throw CLIError.posix(errno, path)
+        switch Sys.open(path, flags | O_CLOEXEC, mode) {
+        case .success(let fd): return fd
+        case .failure(let e): throw CLIError.posix(e.rawValue, path)
         }
     }
 
     /// Reads up to `count` bytes, fewer only at end of input.
     static func readFull(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int, _ what: String) throws(CLIError) -> Int {
-        var done = 0
-        while done < count {
-            let n = Glibc.read(fd, buffer + done, count - done)
-            if n < 0 { if errno == EINTR { continue }; throw CLIError.posix(errno, what) }
-            if n == 0 { break }
-            done += n
+        switch Sys.readFull(fd, buffer, count) {
+        case .success(let n): return n
+        case .failure(let e): throw CLIError.posix(e.rawValue, what)
         }
-        return done
     }
 
     static func writeFull(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int, _ what: String) throws(CLIError) {
-        var done = 0
-        while done < count {
-            let n = Glibc.write(fd, buffer + done, count - done)
-            if n < 0 { if errno == EINTR { continue }; throw CLIError.posix(errno, what) }
-            done += n
-        }
+        if case .failure(let e) = Sys.writeFull(fd, buffer, count) { throw CLIError.posix(e.rawValue, what) }
     }
 
+    static func fsync(_ fd: Int32, _ what: String) throws(CLIError) {
+        if case .failure(let e) = Sys.fsync(fd) { throw CLIError.posix(e.rawValue, "\(what): fsync") }
+    }
+
+    /// Closes a descriptor that was written: a failure is reported.
+    static func close(_ fd: Int32, _ what: String) throws(CLIError) {
+        if case .failure(let e) = Sys.close(fd) { throw CLIError.posix(e.rawValue, "\(what): close") }
+    }
+
+    /// Closes a descriptor that was only read (nothing to lose), or on the way out of a failure
+    /// that is already being reported.
+    static func closeAfterReading(_ fd: Int32) { _ = Sys.close(fd) }
+
     static func size(_ fd: Int32) -> Int64? {
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        guard case .success(let st) = Sys.fstat(fd), st.st_mode & S_IFMT == S_IFREG else { return nil }
         return Int64(st.st_size)
     }
 
     static func exists(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0
+        if case .success = Sys.lstat(path) { return true }
+        return false
     }
 
     static func directory(of path: String) -> String {
@@ -58,75 +60,62 @@ enum PlainIO {
         let d = String(path[..<slash])
         return d.isEmpty ? "/" : d
     }
-
-    static func fsyncDirectory(of path: String) {
-        let fd = Glibc.open(directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { _ = fsync(fd); _ = Glibc.close(fd) }
-    }
 }
 
 // MARK: output files that appear whole or not at all
 
-/// A temporary file beside `destination`, moved into place by `commit`: readers never see half an
-/// output, and a failure leaves the destination as it was. Removed again unless committed.
+/// A temporary file beside `destination` (`AtomicReplacement`), moved into place by `commit`
+/// (fsync, rename or link, fsync of the directory): readers never see half an output, and a
+/// failure leaves the destination as it was. Removed again unless committed.
 final class PendingOutput {
     let destination: String
-    let temporaryPath: String
+    private let replacement: AtomicReplacement
+    var temporaryPath: String { replacement.temporaryPath }
     /// What the refusal to replace an existing output suggests.
     private let replaceHint: String
     private var committed = false
+
+    /// The flags to create `temporaryPath` with (add the access mode): never through a planted name.
+    static let creationFlags = AtomicReplacement.exclusiveCreationFlags
 
     init(destination: String, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
         self.replaceHint = replaceHint
         if !force && PlainIO.exists(destination) {
             throw CLIError(.usage, "\(destination): already exists (\(replaceHint))")
         }
-        var st = stat()
-        if lstat(destination, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR {
+        if case .success(let st) = Sys.lstat(destination), st.st_mode & S_IFMT == S_IFDIR {
             throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR)))")
         }
-        let name = destination.split(separator: "/").last.map(String.init) ?? destination
-        let dir = PlainIO.directory(of: destination)
         self.destination = destination
-        self.temporaryPath = (dir == "." && !destination.hasPrefix("./") ? "" : dir + "/") + ".\(name).acsecure-tmp-\(hex(SecureRandom.bytes(6)))"
-        PendingOutputs.register(temporaryPath)
+        replacement = AtomicReplacement(destination: destination)
+        PendingOutputs.register(replacement.temporaryPath)
     }
 
-    /// Moves the finished file into place. Without `force`, `link` + `unlink` so an output that
-    /// appeared meanwhile is not replaced; with it, `rename`.
+    /// Moves the finished (written and closed) file into place. Without `force`, `link` + `unlink`
+    /// so an output that appeared meanwhile is not replaced; with it, `rename`.
     /// - Parameter keepOnFailure: when the move fails, leave the finished temporary file and name
     ///   it in the error, for content that cannot be produced again (standard input).
     func commit(force: Bool, keepOnFailure: Bool = false) throws(CLIError) {
-        var failure: CLIError?
-        if force {
-            if rename(temporaryPath, destination) != 0 { failure = CLIError.posix(errno, "\(destination): rename") }
-        } else if link(temporaryPath, destination) != 0 {
-            let e = errno
-            failure = e == EEXIST ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
-                                  : CLIError.posix(e, "\(destination): link")
-        } else {
-            _ = unlink(temporaryPath)
-        }
-        if var failure {
-            if keepOnFailure {
-                committed = true
-                PendingOutputs.unregister(temporaryPath)
-                failure.message += "; what was written is kept in \(temporaryPath)"
-            }
-            throw failure
-        }
+        let published = replacement.publish(replacing: force, keepOnFailure: keepOnFailure)
+        // Whatever happened, the temporary file is now published, removed, or handed to the user.
         committed = true
         PendingOutputs.unregister(temporaryPath)
-        PlainIO.fsyncDirectory(of: destination)
+        guard case .failure(let f) = published else { return }
+        var failure = f.step == "link" && f.errno.rawValue == EEXIST
+            ? CLIError(.usage, "\(destination): already exists (\(replaceHint))")
+            : CLIError.posix(f.errno.rawValue, "\(destination): \(f.step)")
+        if keepOnFailure, case .success = Sys.lstat(temporaryPath) {
+            failure.message += "; what was written is kept in \(temporaryPath)"
+        }
+        throw failure
     }
 
     /// Gives the finished temporary file the permission bits of the regular file it is about to
     /// replace, so `write --force` onto a 0444 file leaves a 0444 file. Read just before the
     /// rename; nothing to do when there is no such file.
     func keepModeOfReplacedFile() throws(CLIError) {
-        var st = stat()
-        guard lstat(destination, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return }
-        guard chmod(temporaryPath, st.st_mode & 0o777) == 0 else { throw CLIError.posix(errno, "\(destination): chmod") }
+        guard case .success(let st) = Sys.lstat(destination), st.st_mode & S_IFMT == S_IFREG else { return }
+        if case .failure(let e) = Sys.chmod(temporaryPath, st.st_mode & 0o777) { throw CLIError.posix(e.rawValue, "\(destination): chmod") }
     }
 
     /// Runs `body`, which creates (`creating`) or fills the temporary file. Its errors name the
@@ -145,7 +134,7 @@ final class PendingOutput {
 
     deinit {
         if !committed {
-            _ = unlink(temporaryPath)
+            replacement.discard()
             PendingOutputs.unregister(temporaryPath)
         }
     }
@@ -176,7 +165,8 @@ enum PendingOutputs {
         if let i = paths.firstIndex(where: { $0 == c }) { paths[i] = nil }
     }
 
-    /// Async-signal context: only unlink(2) on buffers allocated beforehand.
+    /// Async-signal context: only unlink(2) on buffers allocated beforehand (the one file-system call
+    /// of the CLI outside the system-call layer, which may allocate).
     static func removeAll() {
         for i in 0..<maxPaths {
             if let p = paths[i] { p.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
@@ -197,8 +187,7 @@ func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progr
         if n == 0 { break }
         do {
             try buffer.withUnsafeBytes { (b) throws(SecureFileError) in
-                var done = 0
-                while done < n { done += try file.write(UnsafeRawBufferPointer(rebasing: b[done..<n])) }
+                try file.writeFully(UnsafeRawBufferPointer(rebasing: b[0..<n]))
             }
         } catch {
             throw CLIError(error)

@@ -12,6 +12,10 @@ do { try ProcessHardening.apply() } catch {
     writeStderr("acsecure: warning: cannot harden the process (\(error)); continuing\n")
 }
 
+#if ACSECURE_SYSCALL_MOCKING
+TestFaults.installFromEnvironment()
+#endif
+
 do {
     var command = try ACSecureCommand.parseAsRoot()
     try command.run()

@@ -11,6 +11,23 @@ import ACSecureServices
 final class EngineBehaviourTests: XCTestCase {
     // MARK: secure services state
 
+    /// The whole-buffer helpers every layer uses (Foundation, sharing, CLI): all bytes or the end of file.
+    func testFullyHelpersWriteAndReadWholeBuffersAndStopAtTheEnd() throws {
+        let env = try TestEnvironment()
+        let f = try SecureFile.open(env.path("fully"), flags: O_RDWR | O_CREAT, services: env.services)
+        let plain = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        try plain.withUnsafeBytes { try f.pwriteFully(UnsafeRawBufferPointer(rebasing: $0[0..<100_000]), at: 0) }
+        try plain.withUnsafeBytes { try f.writeFully(UnsafeRawBufferPointer(rebasing: $0[0..<0])) }  // empty: no progress needed
+        _ = try f.seek(100_000, whence: SEEK_SET)
+        try plain.withUnsafeBytes { try f.writeFully(UnsafeRawBufferPointer(rebasing: $0[100_000...])) }
+        var back = [UInt8](repeating: 0, count: 400_000)
+        let n = try back.withUnsafeMutableBytes { try f.preadFully(into: $0, at: 0) }
+        XCTAssertEqual(n, plain.count, "stops at the end of the file")
+        XCTAssertEqual(Array(back[0..<n]), plain)
+        XCTAssertEqual(try back.withUnsafeMutableBytes { try f.preadFully(into: $0, at: 300_000) }, 0)
+        try f.close()
+    }
+
     func testHandlesOpenedBeforeLockFailCleanlyAndWorkAfterUnlock() throws {
         let env = try TestEnvironment(passcode: "1234")
         let path = env.path("f")

@@ -5,6 +5,7 @@ import XCTest
 import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 @testable import ACSecureFileCore
 
 /// Fails (or shortens) the n-th call of one kind of system call, counting every call the engine makes.
@@ -48,8 +49,8 @@ final class FaultPlan: @unchecked Sendable {
 /// last fsync or fail with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR); and the same handle, once the fault is
 /// gone, either works correctly or fails cleanly.
 ///
-/// EINTR is not injected: the fault hook sits outside the engine's EINTR retry loop, so an injected
-/// EINTR would only test the hook (the engine retries real EINTR in Syscalls.swift).
+/// EINTR is not among these faults: the driver is asked inside the layer's retry loop, so an injected
+/// EINTR is retried (SystemCallFaultTests in ACSecureSharingTests injects it in every module).
 final class FaultInjectionTests: XCTestCase {
     override func tearDown() { SecureFileTesting.faultInjector = nil }
 

@@ -4,7 +4,8 @@ import Glibc
 import Foundation
 import XCTest
 import ACCrypto
-import ACSecureServices
+import ACSystemCalls
+@testable import ACSecureServices
 
 /// Issue 15, findings 6 and 7: attacks on the store rather than on the files. Each test performs
 /// the attack of the review and checks that it now fails.
@@ -181,22 +182,23 @@ final class StoreAttackTests: SecureServicesTestCase {
         XCTAssertNil(fileMode(root + "/relative/store"))
     }
 
-    /// `seed.tmp.<pid>` planted as a symbolic link to a file of the user's: re-sealing the seed
-    /// must neither write through the link nor rename it over the seed.
+    /// A symbolic link to a file of the user's planted at the temporary seed file's name: writing
+    /// the seed must neither write through the link nor rename it over the seed. (The name is
+    /// random, `.seed.acsecure-tmp-<hex>`, so the test hands the writer the name it planted.)
     func testTemporarySeedFileIsNotFollowed() throws {
-        let services = try makeServices(passcode: passcode("1111"))
+        _ = try makeServices(passcode: passcode("1111"))
         let seed = try XCTUnwrap(readBytes(seedPath))
         let victim = root + "/victim"
         writeBytes(victim, Array("precious".utf8))
-        let temporary = storeDirectory + "/seed.tmp.\(getpid())"
-        XCTAssertEqual(symlink(victim, temporary), 0)
-        let (old, new) = (try passcode("1111"), try passcode("2222"))
+        let replacement = AtomicReplacement(destination: seedPath)
+        XCTAssertTrue(replacement.temporaryPath.hasPrefix(storeDirectory + "/.seed.acsecure-tmp-"), replacement.temporaryPath)
+        XCTAssertEqual(symlink(victim, replacement.temporaryPath), 0)
         do {
-            try services.setPasscode(old: old, new: new)
-            XCTFail("the passcode change wrote through \(temporary)")
+            try writeFileAtomically(seedPath, Array("not a seed".utf8), through: replacement)
+            XCTFail("the seed write wrote through \(replacement.temporaryPath)")
         } catch {
             XCTAssertEqual(error.code, .storeIO, error.message)
-            XCTAssertTrue(error.message.contains(temporary), error.message)
+            XCTAssertTrue(error.message.contains(replacement.temporaryPath), error.message)
         }
         XCTAssertEqual(readBytes(victim), Array("precious".utf8), "the link's target is untouched")
         XCTAssertEqual(readBytes(seedPath), seed, "the seed is unchanged")
@@ -211,9 +213,11 @@ final class StoreAttackTests: SecureServicesTestCase {
     func testRetireOverwritesAndRemovesEverySeedFile() throws {
         let services = try makeServices(passcode: passcode("1111"))
         let seed = try XCTUnwrap(readBytes(seedPath))
-        let leftover = storeDirectory + "/seed.tmp.4194304"
+        let leftover = storeDirectory + "/.seed.acsecure-tmp-8a3f5e"
         writeBytes(leftover, seed)
         XCTAssertEqual(chmod(leftover, 0o600), 0)
+        let olderLeftover = storeDirectory + "/seed.tmp.4194304"  // the name older versions used
+        writeBytes(olderLeftover, seed)
         XCTAssertEqual(link(seedPath, root + "/seed-link"), 0)
         XCTAssertEqual(link(leftover, root + "/leftover-link"), 0)
 
@@ -221,6 +225,7 @@ final class StoreAttackTests: SecureServicesTestCase {
 
         XCTAssertNil(fileMode(seedPath), "seed removed")
         XCTAssertNil(fileMode(leftover), "temporary seed removed")
+        XCTAssertNil(fileMode(olderLeftover), "older temporary seed removed")
         XCTAssertNil(fileMode(storeDirectory), "empty store directory removed")
         XCTAssertEqual(readBytes(root + "/seed-link"), [UInt8](repeating: 0, count: seed.count), "seed overwritten with zeros")
         XCTAssertEqual(readBytes(root + "/leftover-link"), [UInt8](repeating: 0, count: seed.count), "temporary overwritten with zeros")

@@ -49,6 +49,10 @@ enum FuzzScratch {
     }
 }
 
+#if !ACSECURE_SYSCALL_MOCKING
+#error("the fuzz harness runs on the in-memory file system: build it in debug, or with -Xswiftc -DACSECURE_SYSCALL_MOCKING (scripts/test.d/40-fuzz-smoke.sh)")
+#endif
+
 /// The fuzzers' files live in memory (`MemoryFileSystem` behind the engine's `Sys` layer): no
 /// system call per operation, so a target runs thousands of inputs per second. Each run installs the
 /// file system for its own duration only (the unit tests replay inputs in a process that also runs
@@ -62,6 +66,15 @@ enum FuzzFileSystem {
         SecureFileTesting.useMemoryFileSystem(shared)
         defer { SecureFileTesting.useMemoryFileSystem(previous) }
         return body(shared)
+    }
+
+    /// Runs `body` on the kernel's file system: the store (a real directory, which the in-memory file
+    /// system does not model) is read through the same system-call layer as the files.
+    static func onRealFiles<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        let memory = SecureFileTesting.memoryFileSystem
+        SecureFileTesting.useMemoryFileSystem(nil)
+        defer { SecureFileTesting.useMemoryFileSystem(memory) }
+        return try body()
     }
 }
 

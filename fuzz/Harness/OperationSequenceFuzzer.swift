@@ -60,7 +60,7 @@ public enum OperationSequenceFuzzer {
     static func run(_ input: [UInt8], _ st: State, _ fs: MemoryFileSystem) -> FuzzFinding? {
         let services = st.services
         if services.availability != .available {
-            do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+            do { try FuzzFileSystem.onRealFiles { try services.unlock(passcode: nil) } } catch { return FuzzFinding("unlock failed: \(error)") }
         }
         var pairs: [Pair] = []
         var locked = false
@@ -247,7 +247,7 @@ public enum OperationSequenceFuzzer {
                 log.append("\(step) lock")
             default:  // unlock
                 if locked {
-                    do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+                    do { try FuzzFileSystem.onRealFiles { try services.unlock(passcode: nil) } } catch { return FuzzFinding("unlock failed: \(error)") }
                     locked = false
                     log.append("\(step) unlock")
                 }
@@ -255,7 +255,7 @@ public enum OperationSequenceFuzzer {
             if let finding { return finding }
         }
         if locked {
-            do { try services.unlock(passcode: nil) } catch { return FuzzFinding("unlock failed: \(error)") }
+            do { try FuzzFileSystem.onRealFiles { try services.unlock(passcode: nil) } } catch { return FuzzFinding("unlock failed: \(error)") }
         }
         for p in pairs {
             _ = fs.close(p.plain)

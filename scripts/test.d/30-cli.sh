@@ -380,6 +380,53 @@ else
   echo "  skip  terminal prompts (no script(1))"
 fi
 
+# --- encrypt and decrypt with one system call failing (debug builds: ACSECURE_TEST_SYSCALL_FAULT, see
+# Sources/acsecure/TestFaults.swift). For each call the command makes, every attempt in turn fails with
+# EIO: a failed command must name its output and leave the old output (the new one only when the
+# failed step is the directory fsync after the rename), a successful one the new output, and no run
+# may leave a temporary file. A store without a passcode keeps the runs fast.
+fstore="$work/fault-store"; fdir="$work/faults"; mkdir -p "$fdir"
+ACSECURE_HOME="$fstore" ACSECURE_PASSCODE= run 0 "init a store for the fault runs" init
+head -c 300000 /dev/urandom > "$fdir/new.txt"; echo "the old output" > "$fdir/old.txt"
+acs_f() { ACSECURE_HOME="$fstore" ACSECURE_PASSCODE= "$bin" "$@"; }
+acs_f encrypt --force "$fdir/new.txt" "$fdir/new.acsf" >/dev/null 2>&1
+fault_runs=0; fault_bad=0
+fault_fail() { fault_bad=$((fault_bad + 1)); fail "$1"; }
+# fault_sweep CMD OUTPUT PREPARE CONTENT: PREPARE puts the old output in place, CONTENT prints the output's plaintext.
+fault_sweep() {
+  local cmd="$1" output="$2" prepare="$3" content="$4" counts call n status label
+  $prepare
+  counts="$(ACSECURE_TEST_SYSCALL_FAULT=count acs_f "$cmd" --force "$([ "$cmd" = encrypt ] && echo "$fdir/new.txt" || echo "$fdir/new.acsf")" "$output" 2>&1 >/dev/null | sed -n 's/^acsecure: test: system calls: //p')"
+  [ -n "$counts" ] || { fault_fail "$cmd: no system call counts (is this a debug build?)"; return; }
+  for pair in $counts; do
+    call="${pair%=*}"
+    for n in $(seq 0 $((${pair#*=} - 1))); do
+      label="$cmd with $call#$n failing"
+      $prepare
+      ACSECURE_TEST_SYSCALL_FAULT="$call:$n:5" acs_f "$cmd" --force "$([ "$cmd" = encrypt ] && echo "$fdir/new.txt" || echo "$fdir/new.acsf")" "$output" >out 2>err
+      status=$?
+      fault_runs=$((fault_runs + 1))
+      no_temp_files "$fdir" || fault_fail "$label: a temporary file is left"
+      if [ "$status" = 0 ]; then
+        cmp -s <($content) "$fdir/new.txt" || fault_fail "$label: exit 0 but the output is not the new content"
+      else
+        # Failures before the output is touched (loading the store, reading the input) name that file.
+        grep -qE "$output|$fdir/new\.|$fstore" err || fault_fail "$label: the error names no file of the command"
+        if ! cmp -s <($content) "$fdir/old.txt"; then
+          grep -q "directory" err && cmp -s <($content) "$fdir/new.txt" || fault_fail "$label: failed (exit $status) and the output is neither old nor new"
+        fi
+      fi
+    done
+  done
+}
+prepare_encrypt() { acs_f encrypt --force "$fdir/old.txt" "$fdir/out.acsf" >/dev/null 2>&1; }
+content_encrypt() { acs_f cat "$fdir/out.acsf" 2>/dev/null; }
+prepare_decrypt() { cp "$fdir/old.txt" "$fdir/out.txt"; }
+content_decrypt() { cat "$fdir/out.txt"; }
+fault_sweep encrypt "$fdir/out.acsf" prepare_encrypt content_encrypt
+fault_sweep decrypt "$fdir/out.txt" prepare_decrypt content_decrypt
+expect "encrypt/decrypt with a failing system call: $fault_runs runs, every one whole or untouched" test "$fault_bad" = 0 -a "$fault_runs" -gt 20
+
 # --- a planted unprotected seed is refused when a passcode is configured
 planted="$work/planted-store"
 ACSECURE_HOME="$planted" ACSECURE_PASSCODE= run 0 "init a store without a passcode (the planted one)" init

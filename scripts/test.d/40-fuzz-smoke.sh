@@ -18,7 +18,10 @@ seconds="${ACSECURE_FUZZ_SECONDS:-45}"
 runs="${ACSECURE_FUZZ_RUNS:-100000}"
 read -r -a targets <<<"${ACSECURE_FUZZ_TARGETS:-FuzzSecureFileParse FuzzOperationSequence FuzzSeedStoreParse FuzzCryptoBlockParse}"
 # SwiftPM's --sanitize fuzzer links libFuzzer but (Swift 6.3) does not instrument for coverage: ask for it.
-flags=(-c release --sanitize fuzzer --sanitize address -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp)
+# ACSECURE_SYSCALL_MOCKING: the in-memory file system behind the system-call layer, which release builds
+# of the library leave out (Package.swift).
+flags=(-c release --sanitize fuzzer --sanitize address -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp
+       -Xswiftc -DACSECURE_SYSCALL_MOCKING)
 
 start=$(date +%s)
 for t in "${targets[@]}"; do

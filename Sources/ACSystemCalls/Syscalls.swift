@@ -1,0 +1,262 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every file-system call of every module goes through here: one place that retries `EINTR`,
+/// finishes short reads and writes and, in builds with `ACSECURE_SYSCALL_MOCKING` (debug builds and
+/// the fuzzers'; see Mocking.swift), asks the calling thread's `SystemCallDriver` for a fault on each
+/// attempt — inside the retry loop, so an injected `EINTR` is retried like a real one — and can
+/// route calls to an in-memory backend. Release builds compile neither: each call is the kernel's.
+///
+/// Results are `Result<_, Errno>`; callers turn an `Errno` into their own error naming the path.
+package enum Sys {
+    /// One attempt of a call: the test driver's fault, else the in-memory backend, else the kernel.
+    @inline(__always)
+    static func attempt<T>(_ call: SystemCall, backend: (any SystemCallBackend) -> Result<T, Errno>,
+                           kernel: () -> Result<T, Errno>) -> Result<T, Errno> {
+        #if ACSECURE_SYSCALL_MOCKING
+        if case .fail(let e)? = injectedFault(call) { return .failure(Errno(e)) }
+        if let b = installedBackend { return backend(b) }
+        #endif
+        return kernel()
+    }
+
+    /// `attempt`, repeated while it fails with `EINTR`.
+    @inline(__always)
+    static func retried<T>(_ call: SystemCall, backend: (any SystemCallBackend) -> Result<T, Errno>,
+                           kernel: () -> Result<T, Errno>) -> Result<T, Errno> {
+        retryingOnInterrupt { attempt(call, backend: backend, kernel: kernel) }
+    }
+
+    /// For calls the in-memory backend has no notion of (directories, links, modes).
+    static func unsupported<T>(_ b: any SystemCallBackend) -> Result<T, Errno> { .failure(Errno(ENOSYS)) }
+
+    // MARK: descriptors
+
+    package static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Result<Int32, Errno> {
+        retried(.open, backend: { $0.open(path, flags, mode) }, kernel: { valueOrErrno(Glibc.open(path, flags, mode)) })
+    }
+
+    /// Closes once; `EINTR` from close is not retried (on Linux the descriptor is already gone) and
+    /// counts as success. An injected fault still closes the descriptor.
+    package static func close(_ fd: Int32) -> Result<Void, Errno> {
+        #if ACSECURE_SYSCALL_MOCKING
+        if let b = installedBackend {
+            let closed = b.close(fd)
+            if case .fail(let e)? = injectedFault(.close), e != EINTR { return .failure(Errno(e)) }
+            return closed
+        }
+        if case .fail(let e)? = injectedFault(.close) {
+            let closed = Glibc.close(fd)
+            return e == EINTR ? (closed == 0 ? .success(()) : .failure(Errno(errno))) : .failure(Errno(e))
+        }
+        #endif
+        return Glibc.close(fd) == 0 || errno == EINTR ? .success(()) : .failure(Errno(errno))
+    }
+
+    /// Reads at `offset` until `count` bytes or end of file. Returns the bytes read.
+    package static func preadFull(_ fd: Int32, _ buf: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Result<Int, Errno> {
+        transferringAll(count) { done, remaining in
+            retryingOnInterrupt {
+                var want = remaining
+                #if ACSECURE_SYSCALL_MOCKING
+                switch injectedFault(.pread, want, offset + Int64(done)) {
+                case .fail(let e)?: return .failure(Errno(e))
+                case .short(let n)?: want = min(want, max(n, 1))
+                case nil: break
+                }
+                if let b = installedBackend { return b.pread(fd, UnsafeMutableRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) }
+                #endif
+                return valueOrErrno(Glibc.pread(fd, buf + done, want, off_t(offset) + off_t(done)))
+            }
+        }
+    }
+
+    /// Writes all `count` bytes at `offset`.
+    package static func pwriteFull(_ fd: Int32, _ buf: UnsafeRawPointer, _ count: Int, _ offset: Int64) -> Result<Void, Errno> {
+        transferringAll(count) { done, remaining in
+            retryingOnInterrupt {
+                var want = remaining
+                #if ACSECURE_SYSCALL_MOCKING
+                switch injectedFault(.pwrite, want, offset + Int64(done)) {
+                case .fail(let e)?: return .failure(Errno(e))
+                case .short(let n)?: want = min(want, max(n, 1))
+                case nil: break
+                }
+                if let b = installedBackend { return b.pwrite(fd, UnsafeRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) }
+                #endif
+                return valueOrErrno(Glibc.pwrite(fd, buf + done, want, off_t(offset) + off_t(done)))
+            }
+        }.map { _ in () }
+    }
+
+    /// Reads at the descriptor's offset until `count` bytes or end of input (a pipe or terminal
+    /// included). Returns the bytes read.
+    package static func readFull(_ fd: Int32, _ buf: UnsafeMutableRawPointer, _ count: Int) -> Result<Int, Errno> {
+        transferringAll(count) { done, remaining in
+            retryingOnInterrupt {
+                var want = remaining
+                #if ACSECURE_SYSCALL_MOCKING
+                switch injectedFault(.read, want) {
+                case .fail(let e)?: return .failure(Errno(e))
+                case .short(let n)?: want = min(want, max(n, 1))
+                case nil: break
+                }
+                if let b = installedBackend { return b.read(fd, UnsafeMutableRawBufferPointer(start: buf + done, count: want)) }
+                #endif
+                return valueOrErrno(Glibc.read(fd, buf + done, want))
+            }
+        }
+    }
+
+    /// Writes all `count` bytes at the descriptor's offset.
+    package static func writeFull(_ fd: Int32, _ buf: UnsafeRawPointer, _ count: Int) -> Result<Void, Errno> {
+        transferringAll(count) { done, remaining in
+            retryingOnInterrupt {
+                var want = remaining
+                #if ACSECURE_SYSCALL_MOCKING
+                switch injectedFault(.write, want) {
+                case .fail(let e)?: return .failure(Errno(e))
+                case .short(let n)?: want = min(want, max(n, 1))
+                case nil: break
+                }
+                if let b = installedBackend { return b.write(fd, UnsafeRawBufferPointer(start: buf + done, count: want)) }
+                #endif
+                // write(2) returns 0 only for a 0-byte request: never an end here.
+                return valueOrErrno(Glibc.write(fd, buf + done, want))
+            }
+        }.map { _ in () }
+    }
+
+    package static func fstat(_ fd: Int32) -> Result<stat, Errno> {
+        retried(.fstat, backend: { $0.fstat(fd) }, kernel: {
+            var st = Glibc.stat()
+            return valueOrErrno(Glibc.fstat(fd, &st)).map { _ in st }
+        })
+    }
+
+    package static func ftruncate(_ fd: Int32, _ length: Int64) -> Result<Void, Errno> {
+        retried(.ftruncate, backend: { $0.ftruncate(fd, length) }, kernel: { valueOrErrno(Glibc.ftruncate(fd, off_t(length))).map { _ in () } })
+    }
+
+    package static func fsync(_ fd: Int32) -> Result<Void, Errno> {
+        retried(.fsync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fsync(fd)).map { _ in () } })
+    }
+
+    package static func fdatasync(_ fd: Int32) -> Result<Void, Errno> {
+        retried(.fdatasync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fdatasync(fd)).map { _ in () } })
+    }
+
+    package static func fchmod(_ fd: Int32, _ mode: mode_t) -> Result<Void, Errno> {
+        retried(.chmod, backend: unsupported, kernel: { valueOrErrno(Glibc.fchmod(fd, mode)).map { _ in () } })
+    }
+
+    package static func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
+        retried(.fcntl, backend: { $0.clearNonblocking(fd) }, kernel: {
+            valueOrErrno(fcntl(fd, F_GETFL)).flatMap { valueOrErrno(fcntl(fd, F_SETFL, $0 & ~O_NONBLOCK)) }.map { _ in () }
+        })
+    }
+
+    package static func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {
+        retried(.fcntl, backend: { $0.clearCloseOnExec(fd) }, kernel: { valueOrErrno(fcntl(fd, F_SETFD, 0)).map { _ in () } })
+    }
+
+    /// `fcntl(F_DUPFD_CLOEXEC)`.
+    package static func dup(_ fd: Int32) -> Result<Int32, Errno> {
+        retried(.fcntl, backend: { $0.dup(fd) }, kernel: { valueOrErrno(fcntl(fd, F_DUPFD_CLOEXEC, 0)) })
+    }
+
+    /// Takes (or with F_UNLCK releases) an open-file-description lock on the whole file, waiting.
+    /// OFD locks belong to the descriptor, so threads and other descriptors of this process are
+    /// excluded too (the engine's own mutex already serialises them).
+    package static func lockFile(_ fd: Int32, _ type: Int16) -> Result<Void, Errno> {
+        retried(.fcntl, backend: { $0.sync(fd) /* one process: only the descriptor is checked */ }, kernel: {
+            var fl = flock()
+            fl.l_type = type
+            fl.l_whence = Int16(SEEK_SET)
+            fl.l_start = 0
+            fl.l_len = 0
+            let F_OFD_SETLKW: Int32 = 38  // <fcntl.h>, _GNU_SOURCE only
+            return valueOrErrno(fcntl(fd, F_OFD_SETLKW, &fl)).map { _ in () }
+        })
+    }
+
+    /// Free bytes for an unprivileged writer on the file system of `fd`.
+    package static func availableBytes(_ fd: Int32) -> Result<Int64, Errno> {
+        retried(.fstat, backend: { $0.availableBytes(fd) }, kernel: {
+            var s = statvfs()
+            return valueOrErrno(fstatvfs(fd, &s)).map { _ in Int64(s.f_bavail) * Int64(s.f_frsize) }
+        })
+    }
+
+    // MARK: paths
+
+    package static func stat(_ path: String) -> Result<stat, Errno> {
+        retried(.stat, backend: { $0.pathStat(path) }, kernel: {
+            var st = Glibc.stat()
+            return valueOrErrno(kernelStat(path, &st)).map { _ in st }
+        })
+    }
+
+    package static func lstat(_ path: String) -> Result<stat, Errno> {
+        retried(.stat, backend: { $0.pathStat(path) }, kernel: {
+            var st = Glibc.stat()
+            return valueOrErrno(Glibc.lstat(path, &st)).map { _ in st }
+        })
+    }
+
+    package static func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
+        retried(.rename, backend: { $0.rename(old, new) }, kernel: { valueOrErrno(Glibc.rename(old, new)).map { _ in () } })
+    }
+
+    /// `link(2)`: like `rename` but refuses (`EEXIST`) an existing `new`.
+    package static func link(_ old: String, _ new: String) -> Result<Void, Errno> {
+        retried(.link, backend: unsupported, kernel: { valueOrErrno(Glibc.link(old, new)).map { _ in () } })
+    }
+
+    package static func unlink(_ path: String) -> Result<Void, Errno> {
+        retried(.unlink, backend: { $0.unlink(path) }, kernel: { valueOrErrno(Glibc.unlink(path)).map { _ in () } })
+    }
+
+    package static func chmod(_ path: String, _ mode: mode_t) -> Result<Void, Errno> {
+        retried(.chmod, backend: unsupported, kernel: { valueOrErrno(Glibc.chmod(path, mode)).map { _ in () } })
+    }
+
+    package static func mkdir(_ path: String, _ mode: mode_t) -> Result<Void, Errno> {
+        retried(.mkdir, backend: unsupported, kernel: { valueOrErrno(Glibc.mkdir(path, mode)).map { _ in () } })
+    }
+
+    package static func rmdir(_ path: String) -> Result<Void, Errno> {
+        retried(.rmdir, backend: unsupported, kernel: { valueOrErrno(Glibc.rmdir(path)).map { _ in () } })
+    }
+
+    /// The names in a directory, without "." and "..".
+    package static func directoryEntries(_ path: String) -> Result<[String], Errno> {
+        retried(.readdir, backend: unsupported, kernel: {
+            guard let dir = opendir(path) else { return .failure(Errno(errno)) }
+            defer { closedir(dir) }
+            var names: [String] = []
+            while true {
+                errno = 0
+                guard let entry = readdir(dir) else { break }
+                let name = withUnsafePointer(to: entry.pointee.d_name) {
+                    String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+                }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            return errno == 0 ? .success(names) : .failure(Errno(errno))
+        })
+    }
+
+    /// Makes the entries of `directory` (a rename or a new name in it) durable: open, fsync, close.
+    package static func syncDirectory(_ directory: String) -> Result<Void, Errno> {
+        open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC).flatMap { fd in
+            let synced = fsync(fd)
+            _ = close(fd)
+            return synced
+        }
+    }
+}
+
+/// `stat(2)` (inside `Sys`, the name is `Sys.stat`, and `Glibc.stat` is also the struct).
+private func kernelStat(_ path: String, _ st: inout stat) -> Int32 { stat(path, &st) }
