@@ -4,8 +4,9 @@ import CACSecureLibCrypto
 /// 16-byte blocks, used to derive keys. Never used to encrypt data.
 ///
 /// The expanded key schedule lives in OpenSSL's heap (as for `AESGCMContext`), not in guarded memory;
-/// `EVP_CIPHER_CTX_free` cleanses it.
-public final class AESBlockCipher: @unchecked Sendable {
+/// `EVP_CIPHER_CTX_free` cleanses it. Not thread-safe (each call writes the OpenSSL context), so not
+/// `Sendable`: the owner serialises its use.
+public final class AESBlockCipher {
     private let context: OpaquePointer
 
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.

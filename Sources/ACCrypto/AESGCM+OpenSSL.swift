@@ -3,9 +3,10 @@ import CACSecureLibCrypto
 /// AES-256-GCM through OpenSSL's EVP interface.
 ///
 /// A context is keyed once; each seal or open only resets the 96-bit nonce, so the hot path performs
-/// no allocation and no key expansion. A context is not thread-safe: the owner serialises its use
-/// (the engine keeps one per open file, used under that file's lock).
-public final class AESGCMContext: @unchecked Sendable {
+/// no allocation and no key expansion. A context is not thread-safe (every seal and open writes the
+/// OpenSSL contexts), so it is not `Sendable`: the owner serialises its use (the engine keeps one per
+/// open file, used under that file's lock).
+public final class AESGCMContext {
     public static let keySize = 32
     public static let nonceSize = 12
     public static let tagSize = 16
@@ -14,8 +15,20 @@ public final class AESGCMContext: @unchecked Sendable {
     private let decryptContext: OpaquePointer
 
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
-    public init(key: SecureBytes) throws(CryptoError) {
-        guard key.count == Self.keySize else { throw CryptoError.invalidKeySize }
+    public convenience init(key: SecureBytes) throws(CryptoError) {
+        try self.init(rawKey: key.withUnsafeBytes { $0 })  // guarded memory lives as long as `key`
+        withExtendedLifetime(key) {}
+    }
+
+    /// A context keyed with a key derived in scratch memory.
+    /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
+    public convenience init(key: SecureBuffer) throws(CryptoError) {
+        try self.init(rawKey: key.withUnsafeBytes { $0 })
+        withExtendedLifetime(key) {}
+    }
+
+    private init(rawKey k: UnsafeRawBufferPointer) throws(CryptoError) {
+        guard k.count == Self.keySize else { throw CryptoError.invalidKeySize }
         guard let enc = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
         guard let dec = EVP_CIPHER_CTX_new() else {
             EVP_CIPHER_CTX_free(enc)
@@ -23,12 +36,10 @@ public final class AESGCMContext: @unchecked Sendable {
         }
         encryptContext = enc
         decryptContext = dec
-        let ok = key.withUnsafeBytes { k -> Bool in
-            let kp = k.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            return EVP_EncryptInit_ex(enc, EVP_aes_256_gcm(), nil, kp, nil) == 1
-                && EVP_DecryptInit_ex(dec, EVP_aes_256_gcm(), nil, kp, nil) == 1
-        }
-        guard ok else { throw CryptoError.openSSL("EVP_*Init_ex") }
+        let kp = k.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        guard EVP_EncryptInit_ex(enc, EVP_aes_256_gcm(), nil, kp, nil) == 1,
+              EVP_DecryptInit_ex(dec, EVP_aes_256_gcm(), nil, kp, nil) == 1
+        else { throw CryptoError.openSSL("EVP_*Init_ex") }
     }
 
     /// Whether `seal` may be used: false after `rekeyForOpening`.
@@ -37,7 +48,7 @@ public final class AESGCMContext: @unchecked Sendable {
     /// Re-keys the opening side only, reusing the OpenSSL contexts (no allocation): for caches of
     /// many short-lived keys that are only read with. `seal` is not allowed afterwards.
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
-    public func rekeyForOpening(_ key: SecureBytes) throws(CryptoError) {
+    public func rekeyForOpening(_ key: SecureBuffer) throws(CryptoError) {
         guard key.count == Self.keySize else { throw CryptoError.invalidKeySize }
         canSeal = false
         let ok = key.withUnsafeBytes { k in
@@ -143,16 +154,16 @@ extension AESGCMContext {
     public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
         guard sealed.count >= Self.nonceSize + Self.tagSize, let base = sealed.baseAddress else { return nil }
         let n = sealed.count - Self.nonceSize - Self.tagSize
-        let out = try SecureBytes(count: n)
-        let ok = aad.withUnsafeBytes { a in
-            out.withUnsafeMutableBytes { o in
+        var authentic = false
+        let out = try SecureBytes(count: n) { o in
+            authentic = aad.withUnsafeBytes { a in
                 open(nonce: base, aad: a,
                      ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
                      tag: base + Self.nonceSize + n,
                      plaintext: o.baseAddress!)
             }
         }
-        return ok ? out : nil
+        return authentic ? out : nil  // when not, `open` zeroed the output; releasing it zeroes it again
     }
 }
 

@@ -26,9 +26,8 @@ public enum Argon2id {
     public static func deriveKey(passcode: SecureBytes, salt: [UInt8], cost: Cost, outputCount: Int = 32) throws(CryptoError) -> SecureBytes {
         guard salt.count == saltSize else { throw CryptoError.invalidArgument("Argon2id salt length") }
         Sodium.ensureInitialized()
-        let out = try SecureBytes(count: outputCount)
-        let rc = passcode.withUnsafeBytes { p in
-            out.withUnsafeMutableBytes { o in
+        return try SecureBytes(count: outputCount) { (o: UnsafeMutableRawBufferPointer) throws(CryptoError) in
+            let rc = passcode.withUnsafeBytes { p in
                 salt.withUnsafeBufferPointer { s in
                     crypto_pwhash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(o.count),
                                   p.baseAddress!.assumingMemoryBound(to: CChar.self),
@@ -36,9 +35,8 @@ public enum Argon2id {
                                   cost.opsLimit, cost.memLimit, crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
+            // crypto_pwhash fails only when it cannot allocate its memLimit bytes.
+            guard rc == 0 else { throw CryptoError.outOfMemory(cost.memLimit) }
         }
-        // crypto_pwhash fails only when it cannot allocate its memLimit bytes.
-        guard rc == 0 else { throw CryptoError.outOfMemory(cost.memLimit) }
-        return out
     }
 }

@@ -13,7 +13,7 @@ import CACSecureSodium
 package enum DeterministicRandomness {
     private struct Stream { var seed: [UInt8]; var draw: UInt64 }
     private static let active = Atomic<Bool>(false)
-    private static let stream = Mutex<Stream?>(nil)
+    private static let stream = LockedValue<Stream?>(nil)
 
     /// Runs `body` with every random draw taken from the stream of `seed` (32 bytes).
     package static func run<R>(seed: [UInt8], _ body: () throws -> R) rethrows -> R {

@@ -31,7 +31,7 @@ final class GuardedMemoryPool: Sendable {
     }
 
     // Pointers are owned by the pool while they are in it; the mutex serialises every access.
-    private let state = Mutex<State>(State())
+    private let state = LockedValue<State>(State())
 
     /// The locked pages a buffer of `size` bytes holds (sodium_malloc rounds up to whole pages).
     private static func footprint(_ size: Int) -> Int {

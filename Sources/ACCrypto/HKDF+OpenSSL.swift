@@ -10,13 +10,12 @@ public enum HKDF {
         guard let ctx = EVP_KDF_CTX_new(kdf) else { throw CryptoError.openSSL("EVP_KDF_CTX_new") }
         defer { EVP_KDF_CTX_free(ctx) }
 
-        let out = try SecureBytes(count: outputCount)
         var salt = salt, info = info
         if salt.isEmpty { salt = [0] ; salt.removeAll(keepingCapacity: true) }
-        let ok: Bool = key.withUnsafeBytes { k in
-            salt.withUnsafeMutableBytes { s in
-                info.withUnsafeMutableBytes { i in
-                    out.withUnsafeMutableBytes { o in
+        return try SecureBytes(count: outputCount) { (o: UnsafeMutableRawBufferPointer) throws(CryptoError) in
+            let ok: Bool = key.withUnsafeBytes { k in
+                salt.withUnsafeMutableBytes { s in
+                    info.withUnsafeMutableBytes { i in
                         "SHA256".withCString { digest in
                             var params: [OSSL_PARAM] = [
                                 OSSL_PARAM_construct_utf8_string(paramName("digest"), UnsafeMutablePointer(mutating: digest), 0),
@@ -30,9 +29,8 @@ public enum HKDF {
                     }
                 }
             }
+            guard ok else { throw CryptoError.openSSL("EVP_KDF_derive(HKDF)") }
         }
-        guard ok else { throw CryptoError.openSSL("EVP_KDF_derive(HKDF)") }
-        return out
     }
 
     /// An OSSL_PARAM key (`OSSL_KDF_PARAM_*`). OSSL_PARAM keeps the name pointer until EVP_KDF_derive reads

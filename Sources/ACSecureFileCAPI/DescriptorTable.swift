@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Synchronization
+import ACCrypto
 import ACSecureFileCore
 
 /// The open secure descriptors of the process: kernel fd → open file and its last `ACE_*` value.
@@ -28,7 +29,7 @@ final class DescriptorTable: Sendable {
         var orphans: [Entry] = []
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     func lookup(_ fd: Int32) -> Entry? {
         state.withLock { $0.entries[fd] }

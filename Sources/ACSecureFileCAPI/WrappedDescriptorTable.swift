@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Synchronization
+import ACCrypto
 import CACSecureFile
 import ACSecureFileCore
 import ACSecureSharingCore
@@ -23,7 +24,7 @@ final class WrappedDescriptorTable: Sendable {
         let handle: WrappedFileReader
         /// The descriptor's offset, counted from the first byte of the original file. Held while a
         /// call runs, so read/pread/lseek on one descriptor are atomic with respect to each other.
-        let position = Mutex<Int64>(0)
+        let position = LockedValue<Int64>(0)
         let lastError = Atomic<Int32>(ACErrorCode.noError.rawValue)
 
         init(anchor: Int32, handle: WrappedFileReader) {
@@ -34,7 +35,7 @@ final class WrappedDescriptorTable: Sendable {
 
     static let shared = WrappedDescriptorTable()
 
-    private let entries = Mutex<[Int32: Entry]>([:])
+    private let entries = LockedValue<[Int32: Entry]>([:])
 
     func lookup(_ fd: Int32) -> Entry? { entries.withLock { $0[fd] } }
 

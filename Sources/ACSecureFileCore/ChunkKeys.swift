@@ -23,7 +23,7 @@ final class ChunkKeys {
     private var contexts = [AESGCMContext?](repeating: nil, count: ChunkKeys.cachedSelectors)
     private var hand = 0
     /// Where K_s is derived (guarded memory, wiped after each use).
-    private let keyScratch: SecureBytes
+    private let keyScratch: SecureBuffer
     private var lastSelector: UInt32 = 0
     private var lastContext: AESGCMContext?
 
@@ -34,7 +34,7 @@ final class ChunkKeys {
     private(set) var selectorsDrawn = 0
 
     init(dataKey: SecureBytes, selectors: Bool) throws(CryptoError) {
-        keyScratch = try SecureBytes(count: 32)
+        keyScratch = try SecureBuffer(count: 32)
         if selectors {
             prf = try AESBlockCipher(key: dataKey)
             single = nil
@@ -46,7 +46,7 @@ final class ChunkKeys {
 
     /// K_s for `s` into `key` (guarded memory, allocated once per file: `sodium_malloc` costs more
     /// than the derivation).
-    static func derive(_ prf: AESBlockCipher, selector s: UInt32, into key: SecureBytes) throws(CryptoError) {
+    static func derive(_ prf: AESBlockCipher, selector s: UInt32, into key: SecureBuffer) throws(CryptoError) {
         var blocks: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         try withUnsafeMutableBytes(of: &blocks) { (b: UnsafeMutableRawBufferPointer) throws(CryptoError) in
             for j in 0..<2 {

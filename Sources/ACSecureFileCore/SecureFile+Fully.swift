@@ -43,8 +43,8 @@ extension SecureFile {
     /// buffer (decrypted under this file's key, encrypted under the destination's with fresh nonces:
     /// never a byte copy, two files must never share a data key and nonce sequence).
     public func copyPlaintext(to destination: SecureFile) throws(SecureFileError) {
-        let buffer: SecureBytes
-        do throws(CryptoError) { buffer = try SecureBytes(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
+        let buffer: SecureBuffer
+        do throws(CryptoError) { buffer = try SecureBuffer(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
         try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
             var at: Int64 = 0
             while true {

@@ -131,28 +131,3 @@ extension FileLayout {
         out.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 24, as: UInt64.self)
     }
 }
-
-/// A plain pthread mutex (held across a whole operation, so not a scoped `Mutex`).
-final class PThreadMutex: @unchecked Sendable {
-    private let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    init() { pthread_mutex_init(m, nil) }
-    deinit { pthread_mutex_destroy(m); m.deallocate() }
-    @inline(__always) func lock() { pthread_mutex_lock(m) }
-    @inline(__always) func unlock() { pthread_mutex_unlock(m) }
-    @inline(__always) func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        lock(); defer { unlock() }
-        return try body()
-    }
-}
-
-/// A value guarded by a `PThreadMutex`: the engine's one lock type, which ThreadSanitizer understands
-/// (it does not see `Synchronization.Mutex` on Linux).
-final class LockedValue<Value>: @unchecked Sendable {
-    private let mutex = PThreadMutex()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        mutex.lock(); defer { mutex.unlock() }
-        return try body(&value)
-    }
-}

@@ -184,7 +184,7 @@ extension SharedFile {
     }
 
     /// Decrypts chunk `index` into `buffer` (zeros beyond its length), from the cache if it is there.
-    private func readChunk(_ index: Int64, into buffer: SecureBytes) throws(SecureFileError) {
+    private func readChunk(_ index: Int64, into buffer: SecureBuffer) throws(SecureFileError) {
         let target = buffer.withUnsafeMutableBytes { $0.baseAddress! }
         if index == cacheIndex, target != cacheBase {
             target.copyMemory(from: cacheBase, byteCount: chunkSize)

@@ -75,9 +75,9 @@ final class SharedFile: @unchecked Sendable {
     var cacheIndex: Int64 = -1
     var cacheLength = 0
     var cacheDirty = false
-    var cache: SecureBytes
+    var cache: SecureBuffer
     /// A second chunk buffer for read-modify-write of a chunk that is not the cached one.
-    var work: SecureBytes
+    var work: SecureBuffer
 
     // Ciphertext staging, grown on demand up to one batch.
     var scratch: UnsafeMutableRawPointer?
@@ -103,8 +103,8 @@ final class SharedFile: @unchecked Sendable {
         self.path = path
         self.layout = FileLayout()
         do throws(CryptoError) {
-            self.cache = try SecureBytes(count: layout.chunkSize)
-            self.work = try SecureBytes(count: layout.chunkSize)
+            self.cache = try SecureBuffer(count: layout.chunkSize)
+            self.work = try SecureBuffer(count: layout.chunkSize)
         } catch {
             throw .crypto(error, "\(path): chunk buffers")
         }
@@ -123,8 +123,8 @@ final class SharedFile: @unchecked Sendable {
     func setLayout(_ newLayout: FileLayout) throws(SecureFileError) {
         guard newLayout.chunkSize != layout.chunkSize else { layout = newLayout; return }
         do throws(CryptoError) {
-            let newCache = try SecureBytes(count: newLayout.chunkSize)
-            let newWork = try SecureBytes(count: newLayout.chunkSize)
+            let newCache = try SecureBuffer(count: newLayout.chunkSize)
+            let newWork = try SecureBuffer(count: newLayout.chunkSize)
             (cache, work) = (newCache, newWork)
         } catch {
             throw .crypto(error, "\(path): chunk buffers")

@@ -2,6 +2,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ACCrypto
 @_spi(Testing) import ACSystemCalls
 
 /// An in-memory file system behind `Sys` (a `SystemCallBackend`), for fuzzing and tests: a table of regular files

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import ACCrypto
 import ACSecureFileCore
 import ACSystemCalls
 import ACSecureServices
@@ -49,7 +50,7 @@ public final class ACFileHandle: @unchecked Sendable {
 
     private let file: SecureFile
     /// Guards `position` and `closed`; held across each operation.
-    private let lock = NSLock()
+    private let lock = PThreadMutex()
     private var position: UInt64 = 0
     private var closed = false
 

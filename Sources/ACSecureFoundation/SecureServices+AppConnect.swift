@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import ACCrypto
 import ACSecureServices
 
 // The secure-services part of the reference's `AppConnect` singleton ("Secure services API
@@ -80,7 +80,7 @@ private enum DelegateRegistry {
         }
     }
 
-    static let entries = Mutex<[ObjectIdentifier: Entry]>([:])
+    static let entries = LockedValue<[ObjectIdentifier: Entry]>([:])
 
     static func delegate(of services: SecureServices) -> (any AppConnectDelegate)? {
         entries.withLock { table in

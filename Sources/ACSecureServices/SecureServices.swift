@@ -59,7 +59,7 @@ public final class SecureServices: Sendable {
         var keks: [[UInt8]: KeyEncryptionKey] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let store: SeedStore
     private let argonCost: Argon2id.Cost
     /// Non-zero while keys are available; changes at every lock and unlock. The engine compares it
@@ -67,8 +67,8 @@ public final class SecureServices: Sendable {
     private let availableGeneration = Atomic<UInt64>(0)
     private let lastActivity = Atomic<UInt64>(0)
     /// Run (in registration order) before the seed is dropped: the engine flushes and wipes its caches.
-    private let lockHandlers = Mutex<[@Sendable () -> Void]>([])
-    private let wrappedProviders = Mutex<[String: any KeyProvider]>([:])
+    private let lockHandlers = LockedValue<[@Sendable () -> Void]>([])
+    private let wrappedProviders = LockedValue<[String: any KeyProvider]>([:])
 
     // MARK: starting
 
@@ -145,7 +145,7 @@ public final class SecureServices: Sendable {
 
     // MARK: the process-wide instance
 
-    private static let currentInstance = Mutex<SecureServices?>(nil)
+    private static let currentInstance = LockedValue<SecureServices?>(nil)
 
     /// The services the engine uses when no other are named.
     public static var current: SecureServices? {
@@ -217,8 +217,9 @@ public final class SecureServices: Sendable {
         for handler in lockHandlers.withLock({ $0 }) { handler() }
         let (observers, continuations): ([@Sendable (SecureServicesAvailability) -> Void], [AsyncStream<SecureServicesAvailability>.Continuation]) = state.withLock { s in
             // A concurrent lock() got here first and has already notified: do not notify twice.
-            guard let seed = s.seed else { return ([], []) }
-            seed.wipe()
+            guard s.seed != nil else { return ([], []) }
+            // The only reference (`derive` never takes the seed out of this lock): dropping it
+            // releases the seed's guarded memory now, zeroed.
             s.seed = nil
             s.keks.removeAll()
             s.generation &+= 1
@@ -379,17 +380,17 @@ public final class SecureServices: Sendable {
 
     /// HKDF of the seed, and the generation of the seed it came from.
     private func derive(info: [UInt8]) throws(SecureServicesError) -> (SecureBytes, UInt64) {
-        let seed: SecureBytes? = state.withLock { $0.seed }
-        guard let seed, availability == .available else { throw .noKeys() }
-        noteActivity()
-        // Derive under the state lock, from the seed still installed: lock() wipes the seed in place
-        // under this lock, and a derivation racing it must not read zeros (a key anyone can compute).
+        guard availability == .available else { throw .noKeys() }
+        // Under the state lock, from the seed installed now: the seed never leaves this lock, so
+        // lock() releases (and zeroes) it at once, and a derivation racing lock() either ran before
+        // it or finds no seed.
         let derived: Result<(SecureBytes, UInt64), SecureServicesError> = state.withLock { s in
-            guard s.seed === seed else { return .failure(.noKeys()) }
+            guard let seed = s.seed else { return .failure(.noKeys()) }
             do throws(CryptoError) { return .success((try HKDF.sha256(key: seed, salt: Array("ACSF v1".utf8), info: info), s.generation)) } catch {
                 return .failure(.crypto(error, "key derivation failed"))
             }
         }
+        noteActivity()
         return try derived.get()
     }
 

@@ -20,7 +20,9 @@
         do {
             let s = try SeedStore.parse(bytes, seedPath: "seed")
             return .success(Parsed(passcodeProtected: s.protection == .passcode, opsLimit: s.cost.opsLimit,
-                                   memLimit: s.cost.memLimit, salt: s.salt, payload: s.payload, aad: s.aad))
+                                   memLimit: s.cost.memLimit, salt: s.salt,
+                                   // The raw seed of an unprotected file, copied out for the fuzzer only.
+                                   payload: s.seed?.withUnsafeBytes { Array($0) } ?? s.payload, aad: s.aad))
         } catch {
             return .failure(error)
         }

@@ -36,9 +36,14 @@ struct SeedStore {
         var protection: Protection
         var cost: Argon2id.Cost
         var salt: [UInt8]
-        var payload: [UInt8]  // the raw seed (protection none) or the sealed seed
+        var payload: [UInt8]  // the sealed seed (protection passcode); empty otherwise
         var aad: [UInt8]
+        /// The raw seed (protection none), in guarded memory: it is never copied into an array.
+        var seed: SecureBytes?
     }
+
+    /// The most a seed file may hold (one is 38 or 98 bytes): the size of the guarded buffer it is read into.
+    static let maximumFileSize = 4096
 
     func exists() -> Bool {
         if case .success = Sys.lstat(seedPath) { return true }
@@ -47,13 +52,43 @@ struct SeedStore {
 
     // MARK: reading
 
+    /// The seed file, read into guarded memory (it may hold the raw seed) that is wiped before it is
+    /// released; only the seed itself is kept, as `SecureBytes`.
     func load() throws(SecureServicesError) -> Sealed {
         try checkDirectoryIsPrivate()
-        return try Self.parse(try readSeedFile(), seedPath: seedPath)
+        let buffer: SecureBuffer
+        do { buffer = try SecureBuffer(count: Self.maximumFileSize) } catch { throw .crypto(error, "\(seedPath): cannot read the seed file") }
+        defer {
+            buffer.wipe()
+            #if DEBUG
+            buffer.withUnsafeBytes { Self.seedFileReadObserver.withLock { $0 }?(.released, $0) }
+            #endif
+        }
+        let count = try readSeedFile(into: buffer)
+        return try buffer.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SecureServicesError) in
+            let bytes = UnsafeRawBufferPointer(rebasing: b[0..<count])
+            #if DEBUG
+            Self.seedFileReadObserver.withLock { $0 }?(.read, bytes)
+            #endif
+            return try Self.parse(bytes, seedPath: seedPath)
+        }
+    }
+
+    #if DEBUG
+    enum ReadPhase: Sendable { case read, released }
+    /// Tests: sees the guarded buffer a seed file is read into, once with the file's bytes (`.read`)
+    /// and once just before the buffer is released (`.released`), when it must be all zeros.
+    nonisolated static let seedFileReadObserver = LockedValue<(@Sendable (ReadPhase, UnsafeRawBufferPointer) -> Void)?>(nil)
+    #endif
+
+    /// Parses seed file bytes given as an array (the fuzz target FuzzSeedStoreParse, tests).
+    static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
+        // Array's withUnsafeBytes rethrows as `any Error`; the Result keeps the typed error.
+        try bytes.withUnsafeBytes { b in Result { () throws(SecureServicesError) in try parse(b, seedPath: seedPath) } }.get()
     }
 
     /// Parses the bytes of a seed file (untrusted: the fuzz target FuzzSeedStoreParse feeds it).
-    static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
+    static func parse(_ bytes: UnsafeRawBufferPointer, seedPath: String) throws(SecureServicesError) -> Sealed {
         guard bytes.count >= 6, Array(bytes[0..<4]) == Self.magic else {
             throw SecureServicesError(.corruptStore, "\(seedPath): not a secure services seed file")
         }
@@ -61,7 +96,11 @@ struct SeedStore {
         switch Protection(rawValue: bytes[5]) {
         case .none?:
             guard bytes.count == 6 + Self.seedSize else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
-            return Sealed(protection: .none, cost: .minimum, salt: [], payload: Array(bytes[6...]), aad: [])
+            let seed: SecureBytes
+            do { seed = try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[6...])) } catch {
+                throw .crypto(error, "\(seedPath): cannot hold the seed")
+            }
+            return Sealed(protection: .none, cost: .minimum, salt: [], payload: [], aad: [], seed: seed)
         case .passcode?:
             let fixed = 6 + 8 + 8 + Argon2id.saltSize
             guard bytes.count == fixed + 12 + Self.seedSize + 16 else { throw SecureServicesError(.corruptStore, "\(seedPath): bad length") }
@@ -85,9 +124,8 @@ struct SeedStore {
         switch sealed.protection {
         case .none:
             if requireProtected { throw unprotectedSeedRefused() }
-            do throws(CryptoError) { return try SecureBytes(copying: sealed.payload) } catch {
-                throw .crypto(error, "\(seedPath): cannot hold the seed")
-            }
+            guard let seed = sealed.seed else { throw SecureServicesError(.corruptStore, "\(seedPath): no seed") }
+            return seed
         case .passcode:
             guard let passcode else { throw SecureServicesError(.wrongPasscode, "a passcode is required to unlock secure services") }
             do {
@@ -143,8 +181,9 @@ struct SeedStore {
         }
     }
 
-    /// The seed file's bytes: not through a symbolic link, from a private regular file of this user.
-    private func readSeedFile() throws(SecureServicesError) -> [UInt8] {
+    /// Reads the seed file into `buffer` and returns its length: not through a symbolic link, from a
+    /// private regular file of this user.
+    private func readSeedFile(into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
         let fd: Int32
         switch Sys.open(seedPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) {
         case .success(let f): fd = f
@@ -159,7 +198,7 @@ struct SeedStore {
         case .failure(let e): throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(e.text)", errno: e.rawValue)
         }
         try Self.checkPrivate(st, seedPath, what: "seed file", type: S_IFREG, repair: "chmod 600")
-        return try readAll(fd, seedPath)
+        return try readAll(fd, seedPath, into: buffer)
     }
 
     // MARK: writing
@@ -262,21 +301,16 @@ struct SeedStore {
 
 func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: v >> (8 * UInt64($0))) } }
 
-/// Reads a small file to its end; more than 64 KiB is not a seed file.
-func readAll(_ fd: Int32, _ path: String) throws(SecureServicesError) -> [UInt8] {
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 4096)
-    defer { buf.withUnsafeMutableBytes { secureZero($0) } }
-    while out.count <= 1 << 16 {  // a seed file is tiny; refuse to read a huge one
-        let n: Int
-        switch buf.withUnsafeMutableBytes({ Sys.readFull(fd, $0.baseAddress!, $0.count) }) {
-        case .success(let got): n = got
-        case .failure(let e): throw SecureServicesError(.storeIO, "cannot read \(path): \(e.text)", errno: e.rawValue)
-        }
-        out += buf[0..<n]
-        if n < buf.count { return out }
+/// Reads a small file to its end straight into `buffer` (no other copy) and returns its length; a
+/// file that fills the buffer is not a seed file.
+func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
+    let n: Int
+    switch buffer.withUnsafeMutableBytes({ Sys.readFull(fd, $0.baseAddress!, $0.count) }) {
+    case .success(let got): n = got
+    case .failure(let e): throw SecureServicesError(.storeIO, "cannot read \(path): \(e.text)", errno: e.rawValue)
     }
-    throw SecureServicesError(.corruptStore, "\(path): too large for a seed file")
+    guard n < buffer.count else { throw SecureServicesError(.corruptStore, "\(path): too large for a seed file") }
+    return n
 }
 
 /// Writes `bytes` to `path` atomically (`AtomicReplacement`: a temporary file created with

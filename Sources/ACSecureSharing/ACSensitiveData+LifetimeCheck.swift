@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Dispatch
-import Synchronization
+import ACCrypto
 
 /// The reference's `AC_SENSITIVE_DATA_MAX_LIFETIME` debug check: reports every `ACSensitiveData`
 /// (or mutable) object that is still alive `maximumLifetime` seconds after its allocation, with the
@@ -50,7 +50,7 @@ public enum ACSensitiveDataLifetimeCheck {
         }
     }
 
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
 
     /// The limit in seconds (nil: off). Defaults to `AC_SENSITIVE_DATA_MAX_LIFETIME`. Objects created
     /// while it is off are not tracked.

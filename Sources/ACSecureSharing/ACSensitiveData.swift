@@ -20,12 +20,33 @@ import ACCrypto
 ///   pass it to `init(adopting:)`.
 open class ACSensitiveData: NSData {
     /// Guarded storage; `storedLength` bytes of it are the contents (a mutable object keeps spare capacity).
-    var storage: SecureBytes
+    var storage: Storage
+
+    /// Adopted key material (never written), or a buffer of this object's own, which
+    /// `ACSensitiveMutableData` writes in place (a mutable object always owns its buffer).
+    enum Storage {
+        case adopted(SecureBytes)
+        case owned(SecureBuffer)
+
+        var count: Int {
+            switch self {
+            case .adopted(let b): return b.count
+            case .owned(let b): return b.count
+            }
+        }
+
+        func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+            switch self {
+            case .adopted(let b): return try b.withUnsafeBytes(body)
+            case .owned(let b): return try b.withUnsafeBytes(body)
+            }
+        }
+    }
     var storedLength: Int
 
     /// An empty object.
     public override init() {
-        storage = guardedBuffer(count: 0)
+        storage = .owned(guardedBuffer(count: 0))
         storedLength = 0
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -35,7 +56,7 @@ open class ACSensitiveData: NSData {
     public override init(bytes: UnsafeRawPointer?, length: Int) {
         precondition(length >= 0, "negative length")
         precondition(bytes != nil || length == 0, "nil bytes with a non-zero length")
-        storage = guardedCopy(UnsafeRawBufferPointer(start: bytes, count: length))
+        storage = .owned(guardedCopy(UnsafeRawBufferPointer(start: bytes, count: length)))
         storedLength = length
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
@@ -55,14 +76,23 @@ open class ACSensitiveData: NSData {
     public override convenience init(data: Data) {
         self.init(bytes: nil, length: 0)
         let copy = data.withUnsafeBytes { guardedCopy($0) }
-        storage = copy
+        storage = .owned(copy)
         storedLength = copy.count
     }
 
-    /// Takes ownership of `secureBytes` (no copy).
+    /// Keeps `secureBytes` as the contents (no copy: key material is never written, and this object
+    /// does not write it either).
     public init(adopting secureBytes: SecureBytes) {
-        storage = secureBytes
+        storage = .adopted(secureBytes)
         storedLength = secureBytes.count
+        super.init()
+        ACSensitiveDataLifetimeCheck.register(self)
+    }
+
+    /// Takes ownership of `buffer` (no copy).
+    init(owning buffer: SecureBuffer) {
+        storage = .owned(buffer)
+        storedLength = buffer.count
         super.init()
         ACSensitiveDataLifetimeCheck.register(self)
     }
@@ -74,7 +104,7 @@ open class ACSensitiveData: NSData {
 
     deinit {
         ACSensitiveDataLifetimeCheck.unregister(self)
-        // `storage` is zeroed and unmapped by SecureBytes' deinit.
+        // `storage` is zeroed and released by its own deinit (SecureBytes or SecureBuffer).
     }
 
     // MARK: NSData primitives
@@ -139,7 +169,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
     /// An empty object with room for `capacity` bytes.
     public init(capacity: Int) {
         precondition(capacity >= 0, "negative capacity")
-        super.init(adopting: guardedBuffer(count: capacity))
+        super.init(owning: guardedBuffer(count: capacity))
         storedLength = 0
     }
 
@@ -154,7 +184,13 @@ open class ACSensitiveMutableData: ACSensitiveData {
     public required init?(coder: NSCoder) { return nil }
 
     /// The contents, writable; valid until the length next grows.
-    public var mutableBytes: UnsafeMutableRawPointer { storage.withUnsafeMutableBytes { $0.baseAddress! } }
+    public var mutableBytes: UnsafeMutableRawPointer { buffer.withUnsafeMutableBytes { $0.baseAddress! } }
+
+    /// The buffer this object owns and writes in place.
+    private var buffer: SecureBuffer {
+        guard case .owned(let b) = storage else { preconditionFailure("ACSensitiveMutableData: storage not owned") }
+        return b
+    }
 
     open override var length: Int {
         get { storedLength }
@@ -167,7 +203,7 @@ open class ACSensitiveMutableData: ACSensitiveData {
         if newLength > storage.count {
             grow(to: newLength)
         } else if newLength < storedLength {
-            storage.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[newLength..<storedLength])) }
+            buffer.withUnsafeMutableBytes { secureZero(UnsafeMutableRawBufferPointer(rebasing: $0[newLength..<storedLength])) }
         }
         storedLength = newLength
     }
@@ -215,18 +251,18 @@ open class ACSensitiveMutableData: ACSensitiveData {
                 if storedLength > 0 { new.baseAddress!.copyMemory(from: old.baseAddress!, byteCount: storedLength) }
             }
         }
-        storage = bigger  // the old buffer is zeroed and freed
+        storage = .owned(bigger)  // the old buffer is zeroed and freed
     }
 }
 
 /// Guarded memory for `NSData`-shaped initializers and mutators, which cannot fail.
-private func guardedBuffer(count: Int) -> SecureBytes {
-    do { return try SecureBytes(count: count) } catch {
+private func guardedBuffer(count: Int) -> SecureBuffer {
+    do { return try SecureBuffer(count: count) } catch {
         fatalError("ACSensitiveData: \(error); make the SecureBytes yourself (it throws) and use ACSensitiveData(adopting:)")
     }
 }
 
-private func guardedCopy(_ bytes: UnsafeRawBufferPointer) -> SecureBytes {
+private func guardedCopy(_ bytes: UnsafeRawBufferPointer) -> SecureBuffer {
     let b = guardedBuffer(count: bytes.count)
     b.withUnsafeMutableBytes { if let src = bytes.baseAddress, bytes.count > 0 { $0.baseAddress!.copyMemory(from: src, byteCount: bytes.count) } }
     return b

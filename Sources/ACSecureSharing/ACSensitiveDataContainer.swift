@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import ACCrypto
 
 /// Holds sensitive data for a long time: the reference's `ACSensitiveDataContainer`.
@@ -15,20 +14,33 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     /// The length of the contents.
     public let length: Int
 
-    private static let processKey = Mutex<AESGCMContext?>(nil)
+    /// The process key's context. `AESGCMContext` is not thread-safe (nor Sendable): it is created,
+    /// used and kept only inside this lock.
+    private static let processKey = LockedValue<AESGCMContext?>(nil)
 
-    private static func withContext<R>(_ body: (AESGCMContext) -> R) -> R {
+    private static func context(_ ctx: inout AESGCMContext?) -> AESGCMContext {
+        if let ctx { return ctx }
+        // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown
+        // or no guarded memory left (this NSObject-shaped API cannot fail: see ACSensitiveData).
+        let c: AESGCMContext
+        do { c = try AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) } catch {
+            fatalError("ACSensitiveDataContainer: AES-GCM context setup failed: \(error)")
+        }
+        ctx = c
+        return c
+    }
+
+    private static func seal(_ secret: SecureBytes, id: [UInt8]) -> [UInt8] {
         processKey.withLock { ctx in
-            if ctx == nil {
-                // A 32-byte random key cannot be refused by AES-GCM; failure here is an OpenSSL breakdown
-                // or no guarded memory left (this NSObject-shaped API cannot fail: see ACSensitiveData).
-                let c: AESGCMContext
-                do { c = try AESGCMContext(key: SecureBytes(randomCount: AESGCMContext.keySize)) } catch {
-                    fatalError("ACSensitiveDataContainer: AES-GCM context setup failed: \(error)")
-                }
-                ctx = c
+            do { return try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try context(&ctx).sealWithRandomNonce(s, aad: id) } } catch {
+                fatalError("ACSensitiveDataContainer: AES-GCM seal failed: \(error)")
             }
-            return body(ctx!)
+        }
+    }
+
+    private static func open(_ sealed: [UInt8], id: [UInt8]) -> Result<SecureBytes?, CryptoError> {
+        processKey.withLock { ctx in
+            do throws(CryptoError) { return .success(try context(&ctx).openSealed(sealed, aad: id)) } catch { return .failure(error) }
         }
     }
 
@@ -36,13 +48,10 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
     public init(data: ACSensitiveData) {
         id = SecureRandom.bytes(16)
         length = data.length
-        let id = self.id
-        sealed = Self.withContext { ctx in
-            // Seals straight from the object's guarded storage: no second guarded copy is needed.
-            do { return try data.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(CryptoError) in try ctx.sealWithRandomNonce(b, aad: id) } } catch {
-                fatalError("ACSensitiveDataContainer: AES-GCM seal failed: \(error)")
-            }
-        }
+        // A guarded copy to hand to the lock (key material is Sendable; the object's storage is not).
+        let secret: SecureBytes
+        do { secret = try data.secureBytes() } catch { fatalError("ACSensitiveDataContainer: \(error)") }
+        sealed = Self.seal(secret, id: id)
         super.init()
     }
 
@@ -53,14 +62,10 @@ public final class ACSensitiveDataContainer: NSObject, @unchecked Sendable {
 
     /// A new `ACSensitiveData` with the contents.
     public var data: ACSensitiveData {
-        let id = self.id
-        let result: Result<SecureBytes?, CryptoError> = Self.withContext { ctx in
-            do throws(CryptoError) { return .success(try ctx.openSealed(sealed, aad: id)) } catch { return .failure(error) }
-        }
         // The sealed bytes are private to this object and the key never changes: failure is memory corruption
         // (or no guarded memory left: this property cannot fail, see ACSensitiveData).
         let opened: SecureBytes?
-        switch result {
+        switch Self.open(sealed, id: id) {
         case .success(let o): opened = o
         case .failure(let e): fatalError("ACSensitiveDataContainer.data: \(e)")
         }

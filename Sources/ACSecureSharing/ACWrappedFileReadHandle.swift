@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import ACCrypto
 import ACSecureFileCore
 import ACSecureFoundation
 import ACSecureSharingCore
@@ -26,7 +27,7 @@ public final class ACWrappedFileReadHandle: @unchecked Sendable {
 
     private let reader: WrappedFileReader
     private var file: SecureFile { reader.file }
-    private let lock = NSLock()
+    private let lock = PThreadMutex()
     private var position: Int64 = 0
     private var closed = false
 

@@ -39,19 +39,20 @@ package struct CryptoBlock {
     /// Encodes into guarded memory.
     /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` when no guarded memory is left.
     package func encoded() throws(SecureFileError) -> SecureBytes {
-        let out: SecureBytes
-        do { out = try SecureBytes(count: Self.size) } catch { throw .crypto(error, "crypto block") }
         var head = Self.magic + [Self.version, scope.rawValue, 0, 0] + kek.fingerprint
         precondition(head.count == 24, "crypto block header layout")
-        out.withUnsafeMutableBytes { o in
-            head.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            kek.key.withUnsafeBytes { k in
-                precondition(k.count == 32, "crypto block key size")
-                (o.baseAddress! + 24).copyMemory(from: k.baseAddress!, byteCount: k.count)
+        defer { head.withUnsafeMutableBytes { secureZero($0) } }
+        do {
+            return try SecureBytes(count: Self.size) { o in
+                head.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+                kek.key.withUnsafeBytes { k in
+                    precondition(k.count == 32, "crypto block key size")
+                    (o.baseAddress! + 24).copyMemory(from: k.baseAddress!, byteCount: k.count)
+                }
             }
+        } catch {
+            throw .crypto(error, "crypto block")
         }
-        head.withUnsafeMutableBytes { secureZero($0) }
-        return out
     }
 
     /// Parses untrusted bytes.

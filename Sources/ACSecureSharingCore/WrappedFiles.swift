@@ -71,8 +71,8 @@ package enum WrappedFiles {
             do throws(SecureFileError) {
                 let record = WrappedFileLayout.record(name: name)
                 _ = try record.withBytes { (b: UnsafeRawBufferPointer) throws(SecureFileError) in try out.write(b) }
-                let buffer: SecureBytes
-                do throws(CryptoError) { buffer = try SecureBytes(count: 256 << 10) } catch { throw .crypto(error, "\(path): read buffer") }
+                let buffer: SecureBuffer
+                do throws(CryptoError) { buffer = try SecureBuffer(count: 256 << 10) } catch { throw .crypto(error, "\(path): read buffer") }
                 try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
                     while true {
                         let n: Int

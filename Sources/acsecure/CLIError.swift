@@ -118,6 +118,6 @@ func writeStderr(_ text: String) {
 }
 
 /// Guarded memory for `what` (a buffer, a passcode), or a CLI error saying it ran out.
-func guardedBytes(_ what: String, _ make: () throws(CryptoError) -> SecureBytes) throws(CLIError) -> SecureBytes {
+func guardedBytes<Bytes>(_ what: String, _ make: () throws(CryptoError) -> Bytes) throws(CLIError) -> Bytes {
     do { return try make() } catch { throw CLIError(error, what) }
 }

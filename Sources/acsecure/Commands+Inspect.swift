@@ -43,7 +43,7 @@ func verifySecureFile(_ path: String, groups: [String], services: SecureServices
     let chunks = layout.chunkCount(forSize: size)
     let chunkSize = info.chunkSize
     let block = max(chunkSize, streamBufferSize / chunkSize * chunkSize)
-    let buffer = try guardedBytes("\(path): read buffer") { () throws(CryptoError) in try SecureBytes(count: block) }
+    let buffer = try guardedBytes("\(path): read buffer") { () throws(CryptoError) in try SecureBuffer(count: block) }
 
     /// Reads `count` bytes at `offset`; the engine authenticates every chunk it decrypts.
     func readAll(at offset: Int64, count: Int) throws(SecureFileError) {
@@ -94,7 +94,7 @@ enum LengthCheck {
 /// the authenticated end: what a cut at a chunk boundary, appended bytes or a torn write change.
 /// Throws only when it cannot tell (I/O errors).
 func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> LengthCheck {
-    let byte = try guardedBytes("\(path): read buffer") { () throws(CryptoError) in try SecureBytes(count: 1) }
+    let byte = try guardedBytes("\(path): read buffer") { () throws(CryptoError) in try SecureBuffer(count: 1) }
     do {
         // The engine authenticates the length at open and reports anything after the authenticated
         // end (a torn write or appended bytes), which reads never return.

@@ -178,7 +178,7 @@ enum PendingOutputs {
 
 /// Copies a plain descriptor into a secure file, through guarded memory.
 func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progress?) throws(CLIError) -> Int64 {
-    let buffer = try guardedBytes("\(file.path): copy buffer") { () throws(CryptoError) in try SecureBytes(count: streamBufferSize) }
+    let buffer = try guardedBytes("\(file.path): copy buffer") { () throws(CryptoError) in try SecureBuffer(count: streamBufferSize) }
     var total: Int64 = 0
     while true {
         let n = try buffer.withUnsafeMutableBytes { (b) throws(CLIError) -> Int in
@@ -201,7 +201,7 @@ func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progr
 /// Copies a secure file (from its current offset) to a plain descriptor, through guarded memory.
 /// Every chunk is authenticated before any of its bytes is written, and the length at the end.
 func copySecure(_ file: SecureFile, to fd: Int32, outputName: String, progress: Progress?) throws(CLIError) -> Int64 {
-    let buffer = try guardedBytes("\(file.path): copy buffer") { () throws(CryptoError) in try SecureBytes(count: streamBufferSize) }
+    let buffer = try guardedBytes("\(file.path): copy buffer") { () throws(CryptoError) in try SecureBuffer(count: streamBufferSize) }
     var total: Int64 = 0
     while true {
         let n: Int

@@ -1,3 +1,4 @@
+import Dispatch
 import XCTest
 @_spi(Testing) @testable import ACCrypto
 
@@ -32,18 +33,51 @@ final class SecureBytesTests: XCTestCase {
         XCTAssertEqual(try SecureBytes(count: 0), try SecureBytes(count: 0))
     }
 
-    func testWipeZeroesButKeepsLength() throws {
-        let b = try SecureBytes(copying: [UInt8](repeating: 0xFF, count: 33))
+    func testWrittenOnceWhenCreated() throws {
+        let b = try SecureBytes(count: 4) { $0.copyBytes(from: [9, 8, 7, 6]) }
+        XCTAssertEqual(b.bytes, [9, 8, 7, 6])
+    }
+
+    /// An initialiser that throws releases the memory and rethrows (the buffer is never half made).
+    func testThrowingInitialiserRethrows() {
+        XCTAssertThrowsError(try SecureBytes(count: 8) { (_) throws(CryptoError) in throw .invalidArgument("refused") }) {
+            XCTAssertEqual($0 as? CryptoError, .invalidArgument("refused"))
+        }
+    }
+
+    /// Key material is immutable after creation, so it may be shared across threads (checked by the
+    /// compiler: this does not build if `SecureBytes` is not `Sendable`). `SecureBuffer`,
+    /// `AESGCMContext` and `AESBlockCipher` are not Sendable: capturing one in a `@Sendable`
+    /// closure is a compile error in Swift 6 mode.
+    func testKeyMaterialIsSendable() throws {
+        func requireSendable<T: Sendable>(_ value: T) -> T { value }
+        let key = requireSendable(try SecureBytes(randomCount: 32))
+        let copies = LockedValue<[[UInt8]]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            let bytes = key.bytes
+            copies.withLock { $0.append(bytes) }
+        }
+        XCTAssertEqual(copies.withLock { $0 }, [[UInt8]](repeating: key.bytes, count: 4))
+    }
+
+    func testBufferWipeZeroesButKeepsLength() throws {
+        let b = try [UInt8](repeating: 0xFF, count: 33).withUnsafeBytes { try SecureBuffer(copying: $0) }
+        XCTAssertEqual(b.bytes, [UInt8](repeating: 0xFF, count: 33))
         b.wipe()
         XCTAssertEqual(b.count, 33)
         XCTAssertEqual(b.bytes, [UInt8](repeating: 0, count: 33))
-        try SecureBytes(count: 0).wipe()  // must not trap
+        try SecureBuffer(count: 0).wipe()  // must not trap
     }
 
-    func testMutationThroughUnsafeBytes() throws {
-        let b = try SecureBytes(count: 4)
+    func testBufferMutationAndFreezing() throws {
+        let b = try SecureBuffer(count: 4)
+        XCTAssertEqual(b.bytes, [0, 0, 0, 0])
         b.withUnsafeMutableBytes { $0.copyBytes(from: [9, 8, 7, 6]) }
         XCTAssertEqual(b.bytes, [9, 8, 7, 6])
+        // Freezing copies: writing the buffer afterwards leaves the key material intact.
+        let frozen = try b.secureBytes()
+        b.wipe()
+        XCTAssertEqual(frozen.bytes, [9, 8, 7, 6])
     }
 
     func testSliceCopiesTheRange() throws {
@@ -52,9 +86,7 @@ final class SecureBytesTests: XCTestCase {
         XCTAssertEqual(s.bytes, Array(8..<20))
         XCTAssertEqual(try b.slice(0..<32), b)
         XCTAssertEqual(try b.slice(32..<32).count, 0)
-        // A slice is a copy: wiping the original leaves it intact.
-        b.wipe()
-        XCTAssertEqual(s.bytes, Array(8..<20))
+        XCTAssertNotEqual(s.withUnsafeBytes { $0.baseAddress }, b.withUnsafeBytes { $0.baseAddress! + 8 }, "a slice is a copy")
     }
 
     func testRandomBytesDiffer() throws {
@@ -97,15 +129,15 @@ final class GuardedMemoryPoolTests: XCTestCase {
     /// A size no other test uses, so parallel tests do not take these buffers.
     private let size = 4093
 
-    private func address(_ b: SecureBytes) -> UnsafeRawPointer { b.withUnsafeBytes { $0.baseAddress! } }
+    private func address(_ b: SecureBuffer) -> UnsafeRawPointer { b.withUnsafeBytes { $0.baseAddress! } }
 
     func testReleasedBufferIsZeroedAndReused() throws {
-        var b: SecureBytes? = try SecureBytes(count: size)
+        var b: SecureBuffer? = try SecureBuffer(count: size)
         b!.withUnsafeMutableBytes { _ = $0.initializeMemory(as: UInt8.self, repeating: 0xA5) }
         let first = address(b!)
         b = nil
         // Still guarded memory of this process; read it only through the pool's next buffer.
-        let again = try SecureBytes(count: size)
+        let again = try SecureBuffer(count: size)
         XCTAssertEqual(address(again), first, "the released buffer was not reused")
         XCTAssertEqual(again.bytes, [UInt8](repeating: 0, count: size), "a reused buffer must come back zeroed")
     }

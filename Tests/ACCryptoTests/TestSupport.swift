@@ -24,6 +24,11 @@ extension SecureBytes {
     var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
 }
 
+extension SecureBuffer {
+    /// Test-only copy of the contents.
+    var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+}
+
 /// Array-based wrappers around the pointer API.
 extension AESGCMContext {
     convenience init(hexKey: String) throws {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import XCTest
+import ACCrypto
 import CACSecureFile
 import ACSecureFileCore
 import ACSecureServices
@@ -218,7 +219,7 @@ final class ACSecureFileCAPITests: CAPITestCase {
     func testLastErrorIsPerDescriptorAcrossThreads() {
         let threads = 8
         let fds = (0..<threads).map { open("t\($0)", O_RDONLY | O_CREAT) }
-        let mismatches = Mutex(0)
+        let mismatches = LockedValue(0)
         DispatchQueue.concurrentPerform(iterations: threads) { t in
             let fd = fds[t]
             var byte: UInt8 = 0
@@ -244,7 +245,7 @@ final class ACSecureFileCAPITests: CAPITestCase {
     func testConcurrentOpenCloseNeverSeesStaleState() {
         let fd = open("c", O_RDWR | O_CREAT)
         XCTAssertEqual(ACSecureFileClose(fd), 0)
-        let failures = Mutex(0)
+        let failures = LockedValue(0)
         let shared = path("c")
         DispatchQueue.concurrentPerform(iterations: 4) { _ in
             for _ in 0..<300 {
@@ -259,5 +260,3 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(DescriptorTable.shared.count, 0)
     }
 }
-
-import Synchronization

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import XCTest
 import ACSecureTestSupport
-import Synchronization
+import ACCrypto
 import ACSecureServices
 import ACSystemCalls
 @testable import ACSecureFileCore
@@ -17,7 +17,7 @@ final class FaultPlan: @unchecked Sendable {
     let index: Int
     let fault: Sys.Fault
     let then: Sys.Fault?
-    private let state = Mutex(Counts())
+    private let state = LockedValue(Counts())
 
     init(target: Sys.Call?, index: Int, fault: Sys.Fault, then: Sys.Fault? = nil) {
         self.target = target

@@ -5,6 +5,7 @@ import XCTest
 import ACSecureTestSupport
 import Dispatch
 import Synchronization
+import ACCrypto
 import ACSecureServices
 @testable import ACSecureFileCore
 

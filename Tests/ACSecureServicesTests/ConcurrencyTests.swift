@@ -7,7 +7,7 @@ import ACCrypto
 final class ConcurrencyTests: SecureServicesTestCase {
 
     /// A key derived while another thread locks must be either the right key or `.noKeys`, never a key
-    /// derived from a seed that is being wiped (all zeros, or half-wiped).
+    /// derived from a seed that is being released (derive reads the seed only under the state lock).
     func testDeriveRacingLockNeverReturnsAWrongKey() throws {
         let s = try makeServices()
         let expected = try s.derivedAppKey(identifier: "k").bytes
@@ -30,7 +30,7 @@ final class ConcurrencyTests: SecureServicesTestCase {
                 }
             }
         }
-        XCTAssertEqual(wrong.values.count, 0, "keys derived from a wiped seed: \(wrong.values.prefix(3).map { $0.prefix(8) })")
+        XCTAssertEqual(wrong.values.count, 0, "keys derived from a released seed: \(wrong.values.prefix(3).map { $0.prefix(8) })")
         XCTAssertFalse(ok.values.isEmpty, "the race never let a derivation through; the test proved nothing")
     }
 

@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import Foundation
-import Synchronization
 import XCTest
 import ACSecureTestSupport
 import ACCrypto
@@ -17,7 +16,7 @@ extension SecureBytes {
 /// A thread-safe recorder for callbacks that run on other threads; a test waits for a callback
 /// instead of sleeping.
 final class Recorder<Element: Sendable>: Sendable {
-    private let items = Mutex<[Element]>([])
+    private let items = LockedValue<[Element]>([])
     private let appended = DispatchSemaphore(value: 0)
 
     func append(_ e: Element) {

@@ -136,7 +136,7 @@ do {
 }
 
 final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = PThreadMutex()
     private var n = 0
     func add() { lock.withLock { n += 1 } }
     var value: Int { lock.withLock { n } }

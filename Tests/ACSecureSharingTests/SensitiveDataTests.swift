@@ -137,7 +137,7 @@ final class SensitiveDataTests: XCTestCase {
 }
 
 final class ReportLog: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = PThreadMutex()
     private var reports: [ACSensitiveDataLifetimeCheck.Report] = []
     func append(_ r: ACSensitiveDataLifetimeCheck.Report) { lock.withLock { reports.append(r) } }
     var all: [ACSensitiveDataLifetimeCheck.Report] { lock.withLock { reports } }

@@ -1,0 +1,51 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The project's one lock, for every module: a pthread mutex, alone (`PThreadMutex`, for a lock held
+// across a whole operation) or guarding a value (`LockedValue`).
+//
+// Why pthread: ThreadSanitizer intercepts `pthread_mutex_lock`/`unlock`, so a TSan run checks every
+// critical section (scripts/test.d/45-tsan.sh, with no suppressions). It does not see
+// `Synchronization.Mutex` on Linux (the stdlib's futex-based lock is not instrumented) and reports
+// races between critical sections of one Mutex; `NSLock` would bring Foundation into modules that
+// must not load it (the C API's library). It lives here, in the lowest module, so all can use it.
+
+/// A pthread mutex. Not recursive; `lock()`/`unlock()` for a lock held across a whole operation,
+/// `withLock` for a scope.
+package final class PThreadMutex: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+
+    package init() { pthread_mutex_init(mutex, nil) }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
+
+    @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
+
+    @inline(__always) package func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+}
+
+/// A value reached only under its `PThreadMutex`. The `sending` annotations are those of
+/// `Synchronization.Mutex`, so the compiler checks what goes in and out exactly as it did there.
+package final class LockedValue<Value>: @unchecked Sendable {
+    private let mutex = PThreadMutex()
+    private nonisolated(unsafe) var value: Value
+
+    package init(_ value: sending Value) { self.value = value }
+
+    @inline(__always)
+    package func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws(E) -> sending R {
+        mutex.lock()
+        defer { mutex.unlock() }
+        return try body(&value)
+    }
+}
