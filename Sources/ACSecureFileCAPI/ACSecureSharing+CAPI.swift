@@ -72,7 +72,7 @@ public func ACSecureWrappedFileOpen(_ path: UnsafePointer<CChar>?, _ sharedGroup
                                     _ detail: UnsafeMutablePointer<Int32>?) -> Int32 {
     do {
         let fd = try openWrapped(path, sharedGroupID, actualFileName, nameCapacity)
-        detail?.pointee = ACErrorCode.noError.mapping.aceValue
+        detail?.pointee = ACErrorCode.noError.aceValue
         return fd
     } catch {
         let e = WrappedCError(error)

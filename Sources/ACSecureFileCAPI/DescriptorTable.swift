@@ -15,7 +15,7 @@ final class DescriptorTable: Sendable {
     /// even if another thread closes the descriptor meanwhile (the record is then simply dropped).
     final class Entry: Sendable {
         let file: SecureFile
-        let lastError = Atomic<Int32>(ACErrorCode.noError.mapping.aceValue)
+        let lastError = Atomic<Int32>(ACErrorCode.noError.aceValue)
         init(_ file: SecureFile) { self.file = file }
     }
 
@@ -38,7 +38,7 @@ final class DescriptorTable: Sendable {
     func insert(_ file: SecureFile, lastError: ACErrorCode = .noError) -> Int32 {
         let fd = file.fileDescriptor
         let entry = Entry(file)
-        entry.lastError.store(lastError.mapping.aceValue, ordering: .relaxed)
+        entry.lastError.store(lastError.aceValue, ordering: .relaxed)
         state.withLock { s in
             if let stale = s.entries.updateValue(entry, forKey: fd) { s.orphans.append(stale) }
         }

@@ -19,7 +19,7 @@ enum CResult {
                                          _ body: (SecureFile) throws(SecureFileError) -> R) -> R {
         let entry = DescriptorTable.shared.lookup(fd)
         if let before {
-            entry?.lastError.store(before.code.mapping.aceValue, ordering: .relaxed)
+            entry?.lastError.store(before.code.aceValue, ordering: .relaxed)
             errno = before.errno
             return -1
         }
@@ -29,10 +29,10 @@ enum CResult {
         }
         do {
             let result = try body(entry.file)
-            entry.lastError.store(ACErrorCode.noError.mapping.aceValue, ordering: .relaxed)
+            entry.lastError.store(ACErrorCode.noError.aceValue, ordering: .relaxed)
             return result
         } catch {
-            entry.lastError.store(error.code.mapping.aceValue, ordering: .relaxed)
+            entry.lastError.store(error.code.aceValue, ordering: .relaxed)
             errno = error.errno
             return -1
         }

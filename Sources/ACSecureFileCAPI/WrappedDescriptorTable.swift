@@ -24,7 +24,7 @@ final class WrappedDescriptorTable: Sendable {
         /// The descriptor's offset, counted from the first byte of the original file. Held while a
         /// call runs, so read/pread/lseek on one descriptor are atomic with respect to each other.
         let position = Mutex<Int64>(0)
-        let lastError = Atomic<Int32>(ACErrorCode.noError.mapping.aceValue)
+        let lastError = Atomic<Int32>(ACErrorCode.noError.aceValue)
 
         init(anchor: Int32, handle: WrappedFileReader) {
             self.anchor = anchor
@@ -66,7 +66,7 @@ struct WrappedCError: Error {
 
     /// An `ACE_*` detail, with the code's errno (`ACErrorTable`) unless a system call gave one.
     init(_ code: ACErrorCode, errno: Int32? = nil) {
-        self.init(errno: errno ?? code.defaultErrno, code: code.mapping.aceValue)
+        self.init(errno: errno ?? code.defaultErrno, code: code.aceValue)
     }
 
     init(_ e: SecureFileError) { self.init(e.code, errno: e.errno) }
@@ -100,7 +100,7 @@ enum WrappedCResult {
         }
         do {
             let result = try entry.position.withLock { position in try body(entry, &position) }
-            entry.lastError.store(ACErrorCode.noError.mapping.aceValue, ordering: .relaxed)
+            entry.lastError.store(ACErrorCode.noError.aceValue, ordering: .relaxed)
             return result
         } catch {
             let e = WrappedCError(error)

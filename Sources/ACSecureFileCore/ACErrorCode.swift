@@ -23,6 +23,9 @@ public enum ACErrorCode: Int32, Sendable, CaseIterable {
     /// This code's row of `ACErrorTable`.
     public var mapping: ACErrorMapping { ACErrorTable.rows[Int(rawValue)] }
 
+    /// The `ACE_*` value (`ACError.h`): the raw value, so the C API's hot path reads no table.
+    @inline(__always) public var aceValue: Int32 { rawValue }
+
     /// The `ACE_*` name, e.g. `"ACE_NO_KEYS_ERROR"`.
     public var name: String { mapping.name }
 
@@ -48,7 +51,7 @@ public struct ACErrorMapping: Sendable {
     /// The name of the `ACE_*` constant of `ACError.h`.
     public let name: String
     /// The `ACE_*` value: what `ACSecureFileLastError` and the wrapped-file calls' detail report.
-    public let aceValue: Int32
+    public var aceValue: Int32 { code.aceValue }
     /// The errno set with this code when no system call failed (a system call's own errno wins).
     public let errno: Int32
     /// The code of the `NSError` in `ACErrorDomain`; nil: no ACE detail, so the NSError is
@@ -86,10 +89,10 @@ public enum ACErrorTable {
         row(.truncOnReadOnly, "ACE_TRUNC_ON_READONLY_ERROR", errno: EINVAL, exit: Exit.io),
     ]
 
-    /// A row whose ACE value and NSError code are the code's raw value (`ACError.h` and
-    /// `ACErrorDomain` share the numbers); `posixOnly`: no `ACErrorDomain` code.
+    /// A row whose NSError code is the ACE value (`ACError.h` and `ACErrorDomain` share the
+    /// numbers); `posixOnly`: no `ACErrorDomain` code.
     private static func row(_ code: ACErrorCode, _ name: String, errno: Int32, posixOnly: Bool = false, exit: Int32) -> ACErrorMapping {
-        ACErrorMapping(code: code, name: name, aceValue: code.rawValue, errno: errno,
+        ACErrorMapping(code: code, name: name, errno: errno,
                        nsErrorCode: posixOnly ? nil : Int(code.rawValue), exitStatus: exit)
     }
 }
