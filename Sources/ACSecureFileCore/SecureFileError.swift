@@ -93,9 +93,14 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
     /// The message with the code, errno, location and the chain of causes: for logs and bug reports.
     public var detailedDescription: String {
         var text = "\(message) [\(code.name), errno \(errno)] at \(location)"
-        if let cause {
-            let inner = (cause as? SecureFileError)?.detailedDescription ?? String(describing: cause)
-            text += "; cause: \(inner)"
+        var next = cause
+        while let error = next {
+            text += "; cause: \(error)"
+            switch error {
+            case let e as SecureFileError: next = e.cause
+            case let e as SecureServicesError: next = e.cause
+            default: next = nil
+            }
         }
         return text
     }

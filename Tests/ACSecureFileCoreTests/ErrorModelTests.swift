@@ -89,6 +89,24 @@ final class ErrorModelTests: XCTestCase {
         }
     }
 
+    /// The store keeps the crypto failure too, and the chain reads through both levels.
+    func testSecureServicesErrorKeepsTheCryptoErrorAsCause() throws {
+        let env = try TestEnvironment(passcode: "1234")
+        env.services.lock()
+        let passcode = try SecureBytes(copying: Array("1234".utf8))
+        SecureBytes.simulateGuardedMemoryExhaustion(true)
+        do {
+            try env.services.unlock(passcode: passcode)
+            XCTFail("unlocked without guarded memory")
+        } catch {
+            guard case .outOfMemory = error.cause as? CryptoError else { return XCTFail("cause of \(error)") }
+            let engine = SecureFileError.services(error, "f")
+            XCTAssertEqual(engine.code, .lowMemory)
+            XCTAssertTrue(engine.detailedDescription.contains("; cause: \(error.message); cause: out of guarded memory"),
+                          engine.detailedDescription)
+        }
+    }
+
     /// An OpenSSL failure becomes ACE_INTERNAL_ERROR with the CryptoError (and its captured
     /// reason) as cause, instead of a bare "encryption failed".
     func testOpenSSLFailureIsKeptAsCause() {
