@@ -176,33 +176,3 @@ extension AESGCMContext {
         return try opened.get()
     }
 }
-
-public enum CryptoError: Error, Equatable, CustomStringConvertible {
-    case invalidKeySize
-    case openSSL(String)
-    case sodium(String)
-    case invalidArgument(String)
-    /// No guarded memory left for a buffer of this many bytes (`sodium_malloc` failed: out of
-    /// mappings or address space), or not enough memory for Argon2id.
-    case outOfMemory(Int)
-
-    public var description: String {
-        switch self {
-        case .outOfMemory(let n): return "out of guarded memory (\(n) bytes)"
-        case .invalidKeySize: return "invalid key size"
-        case .openSSL(let call): return "OpenSSL \(call) failed: \(CryptoError.lastOpenSSLError())"
-        case .sodium(let call): return "libsodium \(call) failed"
-        case .invalidArgument(let what): return "invalid argument: \(what)"
-        }
-    }
-
-    /// OpenSSL's error queue, read and cleared (used only in messages; never contains key bytes).
-    static func lastOpenSSLError() -> String {
-        let code = ERR_get_error()
-        guard code != 0 else { return "no detail" }
-        var buf = [CChar](repeating: 0, count: 256)
-        ERR_error_string_n(code, &buf, buf.count)
-        ERR_clear_error()
-        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-}

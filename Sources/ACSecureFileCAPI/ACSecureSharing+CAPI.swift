@@ -32,7 +32,7 @@ public func ACSecureGetCryptoBlock(_ sharedGroupID: UnsafePointer<CChar>?, _ blo
         try sensitive.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) throws(WrappedCError) in
             // The header's constant is the ABI: a block of another size is a bug of this library.
             guard bytes.count == size, let base = bytes.baseAddress else {
-                throw WrappedCError(errno: EIO, code: ACErrorCode.internalError.rawValue)
+                throw WrappedCError(.internalError)
             }
             memcpy(block, base, size)
         }
@@ -72,7 +72,7 @@ public func ACSecureWrappedFileOpen(_ path: UnsafePointer<CChar>?, _ sharedGroup
                                     _ detail: UnsafeMutablePointer<Int32>?) -> Int32 {
     do {
         let fd = try openWrapped(path, sharedGroupID, actualFileName, nameCapacity)
-        detail?.pointee = ACErrorCode.noError.rawValue
+        detail?.pointee = ACErrorCode.noError.aceValue
         return fd
     } catch {
         let e = WrappedCError(error)
@@ -140,7 +140,7 @@ public func ACSecureWrappedFileRead(_ fd: Int32, _ buf: UnsafeMutableRawPointer?
 @c @implementation
 public func ACSecureWrappedFilePread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ nbyte: Int, _ offset: off_t) -> Int {
     WrappedCResult.onEntry(fd) { entry, _ in
-        guard offset >= 0 else { throw WrappedCError(errno: EINVAL, code: ACErrorCode.negativeFileLength.rawValue) }
+        guard offset >= 0 else { throw WrappedCError(.negativeFileLength, errno: EINVAL) }
         return try entry.read(into: try readBuffer(buf, nbyte), at: Int64(offset))
     }
 }
@@ -156,9 +156,9 @@ public func ACSecureWrappedFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int
         default: throw WrappedCError.argument(EINVAL)
         }
         let (target, overflow) = base.addingReportingOverflow(Int64(offset))
-        if overflow { throw WrappedCError(errno: EOVERFLOW, code: ACErrorCode.fileTooBig.rawValue) }
-        if target < 0 { throw WrappedCError(errno: EINVAL, code: ACErrorCode.negativeFileLength.rawValue) }
-        if target > SecureFile.maximumFileSize { throw WrappedCError(errno: EINVAL, code: ACErrorCode.fileTooBig.rawValue) }
+        if overflow { throw WrappedCError(.fileTooBig, errno: EOVERFLOW) }
+        if target < 0 { throw WrappedCError(.negativeFileLength, errno: EINVAL) }
+        if target > SecureFile.maximumFileSize { throw WrappedCError(.fileTooBig, errno: EINVAL) }
         position = target
         return off_t(target)
     }

@@ -16,7 +16,7 @@ final class DescriptorTable: Sendable {
     /// even if another thread closes the descriptor meanwhile (the record is then simply dropped).
     final class Entry: Sendable {
         let file: SecureFile
-        let lastError = Atomic<Int32>(ACErrorCode.noError.rawValue)
+        let lastError = Atomic<Int32>(ACErrorCode.noError.aceValue)
         init(_ file: SecureFile) { self.file = file }
     }
 
@@ -39,7 +39,7 @@ final class DescriptorTable: Sendable {
     func insert(_ file: SecureFile, lastError: ACErrorCode = .noError) -> Int32 {
         let fd = file.fileDescriptor
         let entry = Entry(file)
-        entry.lastError.store(lastError.rawValue, ordering: .relaxed)
+        entry.lastError.store(lastError.aceValue, ordering: .relaxed)
         state.withLock { s in
             if let stale = s.entries.updateValue(entry, forKey: fd) { s.orphans.append(stale) }
         }

@@ -5,7 +5,8 @@ import ACSecureFileCore
 import ACSecureServices
 
 // The one place where Swift errors become C results: a return value, `errno`, and the
-// descriptor's `ACE_*` last error. `errno` is written last, after everything that could change it.
+// descriptor's `ACE_*` last error (the value `ACErrorTable` gives the code). `errno` is written
+// last, after everything that could change it.
 
 enum CResult {
     /// Runs `body` on the secure file behind `fd`. Unknown descriptor: -1/EBADF. Success: the
@@ -18,7 +19,7 @@ enum CResult {
                                          _ body: (SecureFile) throws(SecureFileError) -> R) -> R {
         let entry = DescriptorTable.shared.lookup(fd)
         if let before {
-            entry?.lastError.store(before.code.rawValue, ordering: .relaxed)
+            entry?.lastError.store(before.code.aceValue, ordering: .relaxed)
             errno = before.errno
             return -1
         }
@@ -28,10 +29,10 @@ enum CResult {
         }
         do {
             let result = try body(entry.file)
-            entry.lastError.store(ACErrorCode.noError.rawValue, ordering: .relaxed)
+            entry.lastError.store(ACErrorCode.noError.aceValue, ordering: .relaxed)
             return result
         } catch {
-            entry.lastError.store(error.code.rawValue, ordering: .relaxed)
+            entry.lastError.store(error.code.aceValue, ordering: .relaxed)
             errno = error.errno
             return -1
         }
@@ -64,13 +65,14 @@ enum CResult {
         }
     }
 
-    /// Runs a secure services call: 0, or -1 with the errno of `SecureServicesError.cAPIErrno`.
+    /// Runs a secure services call: 0, or -1 with the errno of `SecureServicesError.boundaryErrno`
+    /// (the one mapping of ACSecureFileCore, documented in ACSecureServices.h).
     static func services(_ body: () throws(SecureServicesError) -> Void) -> Int32 {
         do {
             try body()
             return 0
         } catch {
-            errno = error.cAPIErrno
+            errno = error.boundaryErrno
             return -1
         }
     }
@@ -80,19 +82,6 @@ extension SecureFileError {
     /// An error raised by the C layer itself (bad pointer, bad iovec count) before the engine runs.
     static func cArgument(_ errno: Int32, _ what: String) -> SecureFileError {
         SecureFileError(code: .invalidArgument, errno: errno, message: what)
-    }
-}
-
-extension SecureServicesError {
-    /// The errno documented in ACSecureServices.h.
-    var cAPIErrno: Int32 {
-        switch code {
-        case .invalidArgument: return EINVAL
-        case .wrongPasscode, .noKeys: return EACCES
-        case .corruptStore: return EIO
-        case .storeIO: return errno != 0 ? errno : EIO
-        case .outOfMemory: return ENOMEM
-        }
     }
 }
 

@@ -25,7 +25,7 @@ final class WrappedDescriptorTable: Sendable {
         /// The descriptor's offset, counted from the first byte of the original file. Held while a
         /// call runs, so read/pread/lseek on one descriptor are atomic with respect to each other.
         let position = LockedValue<Int64>(0)
-        let lastError = Atomic<Int32>(ACErrorCode.noError.rawValue)
+        let lastError = Atomic<Int32>(ACErrorCode.noError.aceValue)
 
         init(anchor: Int32, handle: WrappedFileReader) {
             self.anchor = anchor
@@ -65,7 +65,12 @@ struct WrappedCError: Error {
         self.code = code
     }
 
-    init(_ e: SecureFileError) { self.init(errno: e.errno, code: e.code.rawValue) }
+    /// An `ACE_*` detail, with the code's errno (`ACErrorTable`) unless a system call gave one.
+    init(_ code: ACErrorCode, errno: Int32? = nil) {
+        self.init(errno: errno ?? code.defaultErrno, code: code.aceValue)
+    }
+
+    init(_ e: SecureFileError) { self.init(e.code, errno: e.errno) }
 
     /// The one place where the sharing calls' errors become errno + detail.
     init(_ error: any Error) {
@@ -77,12 +82,12 @@ struct WrappedCError: Error {
         case WrappedFileOpenError.secureFile(let e): self.init(e)
         default:
             // Every call here throws one of the above; anything else is a bug of this layer.
-            self.init(errno: EIO, code: ACErrorCode.internalError.rawValue)
+            self.init(.internalError)
         }
     }
 
     static func argument(_ errno: Int32) -> WrappedCError {
-        WrappedCError(errno: errno, code: ACErrorCode.invalidArgument.rawValue)
+        WrappedCError(.invalidArgument, errno: errno)
     }
 }
 
@@ -96,7 +101,7 @@ enum WrappedCResult {
         }
         do {
             let result = try entry.position.withLock { position in try body(entry, &position) }
-            entry.lastError.store(ACErrorCode.noError.rawValue, ordering: .relaxed)
+            entry.lastError.store(ACErrorCode.noError.aceValue, ordering: .relaxed)
             return result
         } catch {
             let e = WrappedCError(error)

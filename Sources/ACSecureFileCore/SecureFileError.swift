@@ -4,94 +4,125 @@ import Glibc
 import ACCrypto
 import ACSecureServices
 
-/// The AppConnect error codes (`ACE_*` in `ACError.h`, `ACErrorDomain` codes in Swift).
-public enum ACErrorCode: Int32, Sendable, CaseIterable {
-    case noError = 0
-    case noKeys = 1
-    case fileTooBig = 2
-    case negativeFileLength = 3
-    case lowMemory = 4
-    case badKeyOrCorruptData = 5
-    case invalidArgument = 6
-    case regularFileOnly = 7
-    case internalError = 8
-    case readOnWriteOnly = 9
-    case writeOnReadOnly = 10
-    case truncOnReadOnly = 11
-
-    public var name: String {
-        switch self {
-        case .noError: return "ACE_NO_ERROR"
-        case .noKeys: return "ACE_NO_KEYS_ERROR"
-        case .fileTooBig: return "ACE_FILE_TOO_BIG_ERROR"
-        case .negativeFileLength: return "ACE_NEGATIVE_FILE_LEN_ERROR"
-        case .lowMemory: return "ACE_LOW_MEMORY_ERROR"
-        case .badKeyOrCorruptData: return "ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR"
-        case .invalidArgument: return "ACE_INVALID_ARG"
-        case .regularFileOnly: return "ACE_REGULAR_FILE_ONLY_ERROR"
-        case .internalError: return "ACE_INTERNAL_ERROR"
-        case .readOnWriteOnly: return "ACE_READ_ON_WRITEONLY_ERROR"
-        case .writeOnReadOnly: return "ACE_WRITE_ON_READONLY_ERROR"
-        case .truncOnReadOnly: return "ACE_TRUNC_ON_READONLY_ERROR"
-        }
-    }
-
-    /// The errno a secure call sets with this code when no system call failed.
-    var defaultErrno: Int32 {
-        switch self {
-        case .noError: return 0
-        case .noKeys: return EACCES
-        case .fileTooBig: return EFBIG
-        case .negativeFileLength, .invalidArgument: return EINVAL
-        case .lowMemory: return ENOMEM
-        case .badKeyOrCorruptData, .internalError: return EIO
-        case .regularFileOnly: return EINVAL
-        case .readOnWriteOnly, .writeOnReadOnly: return EBADF
-        case .truncOnReadOnly: return EINVAL
-        }
-    }
-}
-
 /// An error of a secure file operation: the POSIX `errno` a plain file would give, the `ACE_*`
-/// detail, and a message that names the file. Never contains plaintext or key bytes.
+/// detail, a message that names the file, the error it came from and where it was made.
+/// Never contains plaintext or key bytes.
+///
+/// Every boundary converts it through `ACErrorTable` (C: `CResult`/`WrappedCError`, Foundation:
+/// `nsError(path:)`, acsecure: `CLIError`).
 public struct SecureFileError: Error, Sendable, CustomStringConvertible {
+    /// The `ACE_*` detail; `.noError` for a plain POSIX failure (only `errno` applies).
     public var code: ACErrorCode
     public var errno: Int32
+    /// What failed, naming the file: the text users see.
     public var message: String
+    /// The lower-level error this one reports (a `CryptoError`, a `SecureServicesError`), if any.
+    public var cause: (any Error & Sendable)?
+    /// Where in this library the error was made.
+    public var location: SourceLocation
 
-    public init(code: ACErrorCode, errno: Int32? = nil, message: String) {
+    /// A place in the source, as `#fileID` and `#line` give it.
+    public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+        public var fileID: String
+        public var line: Int
+
+        public init(fileID: String, line: Int) {
+            self.fileID = fileID
+            self.line = line
+        }
+
+        public var description: String { "\(fileID):\(line)" }
+    }
+
+    /// `errno` defaults to the code's (`ACErrorTable`); the location to the caller's.
+    public init(code: ACErrorCode, errno: Int32? = nil, message: String, cause: (any Error & Sendable)? = nil,
+                fileID: String = #fileID, line: Int = #line) {
         self.code = code
         self.errno = errno ?? code.defaultErrno
         self.message = message
+        self.cause = cause
+        self.location = SourceLocation(fileID: fileID, line: line)
     }
 
     /// A failed system call: only `errno` applies, except when the process ran out of memory or
     /// descriptors (`ENOMEM`, `EMFILE`, `ENFILE`), which is also `ACE_LOW_MEMORY_ERROR`.
-    public static func posix(_ errno: Int32, _ what: @autoclosure () -> String) -> SecureFileError {
+    public static func posix(_ errno: Int32, _ what: @autoclosure () -> String,
+                             fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         let exhausted = errno == ENOMEM || errno == EMFILE || errno == ENFILE
         return SecureFileError(code: exhausted ? .lowMemory : .noError, errno: errno,
-                               message: "\(what()): \(String(cString: strerror(errno)))")
+                               message: "\(what()): \(String(cString: strerror(errno)))", fileID: fileID, line: line)
     }
 
-    /// A failed key operation: out of guarded memory is `ENOMEM` + `ACE_LOW_MEMORY_ERROR`, anything
-    /// else (OpenSSL refusing a key) `ACE_INTERNAL_ERROR`.
-    public static func crypto(_ error: CryptoError, _ what: @autoclosure () -> String) -> SecureFileError {
-        if case .outOfMemory = error { return SecureFileError(code: .lowMemory, message: "\(what()): \(error): ACE_LOW_MEMORY_ERROR") }
-        return .ace(.internalError, "\(what()) (\(error))")
+    /// A failed cryptographic operation, kept as the cause: out of guarded memory is `ENOMEM` +
+    /// `ACE_LOW_MEMORY_ERROR`, anything else (OpenSSL refusing a key or a seal) `ACE_INTERNAL_ERROR`.
+    public static func crypto(_ error: CryptoError, _ what: @autoclosure () -> String,
+                              fileID: String = #fileID, line: Int = #line) -> SecureFileError {
+        let code: ACErrorCode
+        if case .outOfMemory = error { code = .lowMemory } else { code = .internalError }
+        return SecureFileError(code: code, message: "\(what()): \(error): \(code.name)", cause: error, fileID: fileID, line: line)
     }
 
-    /// A key provider's failure: no keys, out of memory, or a bad key selection.
-    public static func services(_ error: SecureServicesError, _ what: @autoclosure () -> String) -> SecureFileError {
-        switch error.code {
-        case .noKeys: return .ace(.noKeys, "\(what()): \(error.message)")
-        case .outOfMemory: return .ace(.lowMemory, "\(what()): \(error.message)")
-        default: return .ace(.invalidArgument, "\(what()): \(error.message)")
-        }
+    /// A key provider's failure, kept as the cause, with the code and errno of
+    /// `SecureServicesError.aceCode` and `.boundaryErrno`.
+    public static func services(_ error: SecureServicesError, _ what: @autoclosure () -> String,
+                                fileID: String = #fileID, line: Int = #line) -> SecureFileError {
+        SecureFileError(code: error.aceCode, errno: error.boundaryErrno,
+                        message: "\(what()): \(error.message): \(error.aceCode.name)", cause: error, fileID: fileID, line: line)
     }
 
-    public static func ace(_ code: ACErrorCode, _ what: @autoclosure () -> String) -> SecureFileError {
-        SecureFileError(code: code, message: "\(what()): \(code.name)")
+    /// `services(error, context)`.
+    public init(_ error: SecureServicesError, _ context: String, fileID: String = #fileID, line: Int = #line) {
+        self = .services(error, context, fileID: fileID, line: line)
+    }
+
+    public static func ace(_ code: ACErrorCode, _ what: @autoclosure () -> String,
+                           fileID: String = #fileID, line: Int = #line) -> SecureFileError {
+        SecureFileError(code: code, message: "\(what()): \(code.name)", fileID: fileID, line: line)
+    }
+
+    /// The same error with another message (e.g. a temporary file's name replaced by the final
+    /// one); code, errno, cause and location are kept.
+    public func withMessage(_ message: String) -> SecureFileError {
+        var copy = self
+        copy.message = message
+        return copy
     }
 
     public var description: String { message }
+
+    /// The message with the code, errno, location and the chain of causes: for logs and bug reports.
+    public var detailedDescription: String {
+        var text = "\(message) [\(code.name), errno \(errno)] at \(location)"
+        var next = cause
+        while let error = next {
+            text += "; cause: \(error)"
+            switch error {
+            case let e as SecureFileError: next = e.cause
+            case let e as SecureServicesError: next = e.cause
+            default: next = nil
+            }
+        }
+        return text
+    }
+}
+
+extension SecureServicesError {
+    /// The `ACE_*` code this failure reports at every boundary: the store unusable (locked, wrong
+    /// passcode, unreadable) is no keys; a damaged seed file is corrupt data.
+    public var aceCode: ACErrorCode {
+        switch code {
+        case .noKeys, .wrongPasscode, .storeIO: return .noKeys
+        case .invalidArgument: return .invalidArgument
+        case .corruptStore: return .badKeyOrCorruptData
+        case .outOfMemory: return .lowMemory
+        }
+    }
+
+    /// The errno this failure reports (as ACSecureServices.h documents): for a store that could
+    /// not be read or written the system call's errno (EIO without one), for the rest the ACE
+    /// code's (`ACErrorTable`): a missing or retired store is EACCES, not ENOENT.
+    public var boundaryErrno: Int32 {
+        guard code == .storeIO else { return aceCode.defaultErrno }
+        return errno != 0 ? errno : EIO
+    }
 }

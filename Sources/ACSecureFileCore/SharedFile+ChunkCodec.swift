@@ -60,7 +60,7 @@ extension SharedFile {
                              plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
                              ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize + count)
         } catch {
-            throw .ace(.internalError, "\(path): encryption of chunk \(index) failed (\(error))")
+            throw .crypto(error, "\(path): encryption of chunk \(index) failed")
         }
     }
 
@@ -87,7 +87,7 @@ extension SharedFile {
                              plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
                              ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize)
         } catch {
-            throw .ace(.internalError, "\(path): sealing the trailer failed (\(error))")
+            throw .crypto(error, "\(path): sealing the trailer failed")
         }
     }
 

@@ -5,9 +5,11 @@ import Foundation
 import ACSecureFileCore
 
 // The one place where engine errors become NSError (reference: "NSError objects that secure
-// Objective-C methods return"):
-// - an ACE_* detail     -> domain ACErrorDomain, code = the ACE_* value; the errno as NSUnderlyingErrorKey
+// Objective-C methods return"), through ACErrorTable's NSError code:
+// - an ACE_* detail     -> domain ACErrorDomain, code = the table's NSError code (the ACE_* value);
+//                          the errno as NSUnderlyingErrorKey
 // - only an errno       -> domain NSPOSIXErrorDomain, code = errno (ENOENT for a missing file, ...)
+// - the SecureFileError itself (cause, location) -> userInfo[ACSecureFileErrorKey]
 // - Foundation failures (property lists, archives) keep their own domain (NSCocoaErrorDomain).
 // Messages name the path; they never contain file contents or key bytes.
 
@@ -30,13 +32,17 @@ public let ACErrorTruncOnReadOnly = Int(ACErrorCode.truncOnReadOnly.rawValue)
 /// The `userInfo` key holding the `ACE_*` name (e.g. `"ACE_NO_KEYS_ERROR"`) of an `ACErrorDomain` error.
 public let ACErrorNameKey = "ACErrorName"
 
+/// The `userInfo` key holding the `SecureFileError` an NSError was made from (its cause and where
+/// it was made).
+public let ACSecureFileErrorKey = "ACSecureFileError"
+
 extension SecureFileError {
     /// This error as an `NSError`: `ACErrorDomain` with the `ACE_*` code, or `NSPOSIXErrorDomain`
     /// with the errno when only the errno applies.
     public func nsError(path: String? = nil) -> NSError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: message]
+        var info: [String: Any] = [NSLocalizedDescriptionKey: message, ACSecureFileErrorKey: self]
         if let path { info[NSFilePathErrorKey] = path }
-        guard code != .noError else {
+        guard let aceCode = code.mapping.nsErrorCode else {
             return NSError(domain: NSPOSIXErrorDomain, code: Int(errno), userInfo: info)
         }
         info[ACErrorNameKey] = code.name
@@ -44,7 +50,7 @@ extension SecureFileError {
             info[NSUnderlyingErrorKey] = NSError(domain: NSPOSIXErrorDomain, code: Int(errno),
                                                  userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))])
         }
-        return NSError(domain: ACErrorDomain, code: Int(code.rawValue), userInfo: info)
+        return NSError(domain: ACErrorDomain, code: aceCode, userInfo: info)
     }
 }
 

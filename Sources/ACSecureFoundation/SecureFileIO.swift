@@ -87,7 +87,7 @@ enum SecureFileIO {
             let note = "; closing \(file.path) afterwards also failed: \(closeError.message)"
             switch error {
             case let e as SecureFileError:
-                return SecureFileError(code: e.code, errno: e.errno == 0 ? nil : e.errno, message: e.message + note)
+                return e.withMessage(e.message + note)
             case let e as NSError:
                 var info = e.userInfo
                 info[NSLocalizedDescriptionKey] = e.localizedDescription + note
@@ -161,8 +161,7 @@ enum SecureFileIO {
         // Errors name the file the caller asked for, not the temporary name it never chose.
         func naming(_ error: Error) -> Error {
             guard let e = error as? SecureFileError else { return error }
-            return SecureFileError(code: e.code, errno: e.errno == 0 ? nil : e.errno,
-                                   message: e.message.replacing(replacement.temporaryPath, with: path))
+            return e.withMessage(e.message.replacing(replacement.temporaryPath, with: path))
         }
         try replacement.run(replacing: replacing, write: { temporary in
             let file: SecureFile

@@ -23,20 +23,28 @@ public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Se
     public var code: Code
     public var message: String
     public var errno: Int32
+    /// The lower-level error this one reports (a `CryptoError`), if any.
+    public var cause: (any Error & Sendable)?
 
-    public init(_ code: Code, _ message: String, errno: Int32 = 0) {
+    public init(_ code: Code, _ message: String, errno: Int32 = 0, cause: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message
         self.errno = errno
+        self.cause = cause
     }
 
     public var description: String { message }
+
+    /// Equal when code, message and errno are (the cause only explains them).
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message && lhs.errno == rhs.errno
+    }
 
     static func noKeys(_ why: String = "secure services are unavailable") -> Self { .init(.noKeys, why) }
 
     /// A failed key operation: `.outOfMemory` (ENOMEM) when memory ran out, else `fallback`.
     static func crypto(_ error: CryptoError, _ what: String, fallback: Code = .storeIO) -> Self {
-        if case .outOfMemory = error { return .init(.outOfMemory, "\(what): \(error)", errno: ENOMEM) }
-        return .init(fallback, "\(what): \(error)")
+        if case .outOfMemory = error { return .init(.outOfMemory, "\(what): \(error)", errno: ENOMEM, cause: error) }
+        return .init(fallback, "\(what): \(error)", cause: error)
     }
 }

@@ -72,8 +72,7 @@ public enum SecureSharing {
             }
         } catch {
             replacement.discard()
-            throw SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
-                                  message: error.message.replacing(replacement.temporaryPath, with: path))
+            throw error.withMessage(error.message.replacing(replacement.temporaryPath, with: path))
         }
         if case .failure(let f) = replacement.publish() { throw SecureFileError.posix(f.errno.rawValue, "\(f.destination): \(f.step)") }
     }

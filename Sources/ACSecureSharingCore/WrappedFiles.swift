@@ -59,8 +59,7 @@ package enum WrappedFiles {
         let replacement = AtomicReplacement(destination: toPath)
         try replacement.run(write: { (temporary) throws(SecureFileError) in
             func naming(_ error: SecureFileError) -> SecureFileError {
-                SecureFileError(code: error.code, errno: error.errno == 0 ? nil : error.errno,
-                                message: error.message.replacing(temporary, with: toPath))
+                error.withMessage(error.message.replacing(temporary, with: toPath))
             }
             let out: SecureFile
             do throws(SecureFileError) {
@@ -269,20 +268,6 @@ package final class WrappedFileReader: Sendable {
     package func close() throws(SecureFileError) {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         try file.close()
-    }
-}
-
-extension SecureFileError {
-    /// A secure services failure as the sharing calls report it: `noKeys` (with the store's errno if
-    /// it had one) or `invalidArgument`, the message prefixed with `context`.
-    package init(_ e: SecureServicesError, _ context: String) {
-        switch e.code {
-        case .noKeys: self = .ace(.noKeys, "\(context): \(e.message)")
-        case .invalidArgument: self = .ace(.invalidArgument, "\(context): \(e.message)")
-        case .outOfMemory: self = .ace(.lowMemory, "\(context): \(e.message)")
-        case .wrongPasscode, .corruptStore, .storeIO:
-            self.init(code: .noKeys, errno: e.errno == 0 ? nil : e.errno, message: "\(context): \(e.message)")
-        }
     }
 }
 

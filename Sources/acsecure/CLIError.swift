@@ -13,7 +13,7 @@ enum ExitStatus: Int32 {
     case usage = 1
     /// An I/O or file-system error (the message names the file and errno).
     case io = 2
-    /// No keys: no store, store locked (passcode missing or wrong), or retired.
+    /// No keys: no store, store locked (passcode missing or wrong), unreadable, or retired.
     case noKeys = 3
     /// Wrong key or corrupt data (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR), or not a secure file.
     case badKeyOrCorrupt = 4
@@ -25,7 +25,7 @@ enum ExitStatus: Int32 {
           0  success
           1  usage error, or refused (output exists without --force, not confirmed)
           2  I/O error (the message names the file and the errno)
-          3  no keys: no store, store locked (passcode missing or wrong), or retired
+          3  no keys: no store, store locked (passcode missing or wrong), unreadable, or retired
           4  wrong key, corrupt data, not a secure file: ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR
           5  verify: at least one file failed authentication
         """
@@ -41,51 +41,37 @@ struct CLIError: Error {
         self.message = message
     }
 
-    /// An engine error: the message already names the file; the ACE_* reason (or errno) is added
-    /// when the message does not carry it, and the exit status follows the code.
+    /// An engine error: the message already names the file; the ACE_* name and the errno are
+    /// added when they say more than the message, and the exit status is the code's in
+    /// `ACErrorTable`.
     init(_ error: SecureFileError) {
-        var text = error.message
-        if error.code != .noError {
-            if !text.contains(error.code.name) { text += " (\(error.code.name))" }
-        } else if error.errno != 0 {
-            text += " (\(errnoName(error.errno)))"
+        var reasons: [String] = []
+        if error.code != .noError, !error.message.contains(error.code.name) { reasons.append(error.code.name) }
+        if error.errno != 0, error.code == .noError || error.errno != error.code.defaultErrno {
+            reasons.append(errnoName(error.errno))
         }
+        let text = reasons.isEmpty ? error.message : "\(error.message) (\(reasons.joined(separator: ", ")))"
         self.init(Self.status(for: error), text)
     }
 
-    /// A secure services error, about the store at `store`.
+    /// A secure services error, about the store at `store`: the same mapping as every other
+    /// boundary (`SecureFileError.services`).
     init(_ error: SecureServicesError, store: String) {
-        let status: ExitStatus
-        let reason: String
-        switch error.code {
-        case .noKeys, .wrongPasscode: status = .noKeys; reason = ACErrorCode.noKeys.name
-        case .corruptStore: status = .badKeyOrCorrupt; reason = ACErrorCode.badKeyOrCorruptData.name
-        case .invalidArgument: status = .usage; reason = ACErrorCode.invalidArgument.name
-        case .storeIO: status = .io; reason = error.errno != 0 ? errnoName(error.errno) : ACErrorCode.internalError.name
-        case .outOfMemory: status = .io; reason = "\(errnoName(ENOMEM)), \(ACErrorCode.lowMemory.name)"
-        }
-        let text = error.message.contains(store) ? error.message : "store \(store): \(error.message)"
-        self.init(status, "\(text) (\(reason))")
+        self.init(SecureFileError.services(error, error.message.contains(store) ? "store" : "store \(store)"))
     }
 
     static func status(for error: SecureFileError) -> ExitStatus {
-        switch error.code {
-        case .noKeys: return .noKeys
-        case .badKeyOrCorruptData: return .badKeyOrCorrupt
-        case .invalidArgument, .negativeFileLength: return .usage
-        case .noError, .fileTooBig, .lowMemory, .regularFileOnly, .internalError,
-             .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly:
-            return .io
-        }
+        // ACErrorTable.Exit holds this enum's numbers; 30-cli.sh checks the status of each kind of failure.
+        ExitStatus(rawValue: error.code.mapping.exitStatus) ?? .io
     }
 
     /// No guarded memory left for a passcode, key or buffer.
     init(_ error: CryptoError, _ what: String) {
-        self.init(.io, "\(what): \(error) (\(errnoName(ENOMEM)), \(ACErrorCode.lowMemory.name))")
+        self.init(SecureFileError.crypto(error, what))
     }
 
     static func posix(_ err: Int32, _ what: String) -> CLIError {
-        CLIError(.io, "\(what): \(String(cString: strerror(err))) (\(errnoName(err)))")
+        CLIError(SecureFileError.posix(err, what))
     }
 
     func report() {
