@@ -168,11 +168,8 @@ struct Cat: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
-    @Argument(help: "Secure files.") var files: [String]
-
-    func validate() throws {
-        if files.isEmpty { throw ValidationError("name at least one file") }
-    }
+    @OptionGroup var secureFiles: SecureFileArguments
+    var files: [String] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()
@@ -300,11 +297,8 @@ struct Rekey: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
-    @Argument(help: "Secure files.") var files: [String]
-
-    func validate() throws {
-        if files.isEmpty { throw ValidationError("name at least one file") }
-    }
+    @OptionGroup var secureFiles: SecureFileArguments
+    var files: [String] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()

@@ -123,11 +123,8 @@ struct Verify: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
-    @Argument(help: "Secure files.") var files: [String]
-
-    func validate() throws {
-        if files.isEmpty { throw ValidationError("name at least one file") }
-    }
+    @OptionGroup var secureFiles: SecureFileArguments
+    var files: [String] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()
@@ -170,11 +167,8 @@ struct Stat: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
-    @Argument(help: "Secure files.") var files: [String]
-
-    func validate() throws {
-        if files.isEmpty { throw ValidationError("name at least one file") }
-    }
+    @OptionGroup var secureFiles: SecureFileArguments
+    var files: [String] { secureFiles.files }
 
     func run() throws {
         let services = global.openServicesIfQuietlyPossible()

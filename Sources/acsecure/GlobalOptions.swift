@@ -123,3 +123,12 @@ func humanSize(_ n: Int64) -> String {
     let tenths = Int((v * 10).rounded())
     return "\(tenths / 10).\(tenths % 10) \(units[i])"
 }
+
+/// The secure files a command works on (cat, verify, stat, rotate): at least one.
+struct SecureFileArguments: ParsableArguments {
+    @Argument(help: "Secure files.") var files: [String]
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one file") }
+    }
+}
