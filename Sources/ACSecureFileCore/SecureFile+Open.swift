@@ -1,0 +1,135 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSecureServices
+import ACSystemCalls
+
+// Opening a secure file: flags and mode checks, the kernel open, then the shared state of the file
+// (OpenFiles) with its header, keys and end check. The handle's I/O is in SecureFile.swift.
+extension SecureFile {
+    /// Opens (or creates) a secure file, as `open(2)`.
+    ///
+    /// - Parameters:
+    ///   - flags: `O_RDONLY`/`O_WRONLY`/`O_RDWR` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`,
+    ///     `O_CLOEXEC`, `O_NOFOLLOW` (others are refused with `EINVAL`).
+    ///   - mode: permissions for a new file (the umask applies).
+    ///   - key: the app's key, or an encryption group's key for files shared between apps.
+    ///   - sharing: `.thisProcess` (default): this process's handles share state and cache writes;
+    ///     `.processes`: other processes may read and write the file at the same time — every
+    ///     operation takes a record lock, rereads the length and writes through (slower).
+    ///     `ACSECURE_MULTIPROCESS=1` in the environment makes `.processes` the default (C programs).
+    ///   - buffering: `.writeThrough` (default): every write is in the file when it returns, as
+    ///     with `write(2)`; `.writeBack`: small writes are collected in memory and reach the file at
+    ///     `flush()`, `sync()`, `close()`, a services lock or normal process exit — faster, but a
+    ///     crash, `_exit` or SIGKILL loses them. `ACSECURE_BUFFERING=write-back` makes it the default.
+    ///   - services: the key provider; defaults to `SecureServices.current`, started from the
+    ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
+    /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
+    ///   `EISDIR`/`EINVAL` + `regularFileOnly` for directories and other non-regular files;
+    ///   `noKeys` when services are unavailable; `badKeyOrCorruptData` when the file is not a secure
+    ///   file or not encrypted with `key`.
+    public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
+                            services: (any KeyProvider)? = nil,
+                            sharing: Sharing = .environmentDefault,
+                            buffering: Buffering = .environmentDefault) throws(SecureFileError) -> SecureFile {
+        let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
+        guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
+            throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
+        }
+        let services = try resolveServices(services, path)
+        guard services.keyGeneration != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
+
+        let accessMode = flags & O_ACCMODE
+        // The engine reads chunks to modify them, so a writer needs a readable descriptor. O_APPEND
+        // and O_TRUNC are done by the engine (pwrite on an O_APPEND descriptor would append).
+        // O_NONBLOCK keeps a FIFO from blocking the open; it is cleared once the file is known regular.
+        // Linux truncates even with O_RDONLY (after checking write permission): a writable
+        // descriptor for the engine gives the same permission check.
+        let truncate = flags & O_TRUNC != 0
+        var kernelFlags = (accessMode == O_RDONLY && !truncate ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK
+        kernelFlags |= flags & (O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY)
+        var fd: Int32
+        var kernelWritable = kernelFlags & O_ACCMODE == O_RDWR
+        // A read-only creating open must still write the header of the file it creates: it asks
+        // for a writable descriptor, and falls back to read-only where writing is not allowed.
+        var attempt = Sys.open(path, kernelFlags & O_ACCMODE == O_RDONLY && flags & O_CREAT != 0 ? kernelFlags & ~O_ACCMODE | O_RDWR : kernelFlags, mode)
+        if case .failure(let e) = attempt, kernelFlags & O_ACCMODE == O_RDONLY, flags & O_CREAT != 0,
+           [EACCES, EROFS, ETXTBSY, EPERM].contains(e.rawValue) {
+            attempt = Sys.open(path, kernelFlags, mode)
+        } else if case .success = attempt, flags & O_CREAT != 0 {
+            kernelWritable = true
+        }
+        switch attempt {
+        case .success(let f): fd = f
+        case .failure(let e):
+            if e.rawValue == EISDIR { throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (secure files are regular files only)") }
+            throw .posix(e.rawValue, path)
+        }
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): _ = Sys.close(fd); throw .posix(e.rawValue, path)
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            _ = Sys.close(fd)
+            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+            throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
+                                  message: "\(path): \(isDirectory ? "is a directory" : "not a regular file") (secure files are regular files only)")
+        }
+        _ = Sys.clearNonblocking(fd)
+        if flags & O_CLOEXEC == 0 { _ = Sys.clearCloseOnExec(fd) }
+
+        let identity = SharedFile.Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        let shared: SharedFile
+        do {
+            shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
+                                                 writable: kernelWritable, create: flags & O_CREAT != 0,
+                                                 truncate: truncate, coordinated: sharing == .processes))
+        } catch {
+            _ = Sys.close(fd)
+            throw error
+        }
+        return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
+                          buffering: sharing == .processes ? .writeThrough : buffering)
+    }
+
+    /// When writes reach the file.
+    public enum Buffering: Sendable, Equatable {
+        /// Each write is in the file when it returns (as `write(2)`): it survives the writer's
+        /// exit, `_exit` or SIGKILL, and a fresh open anywhere reads it. `sync()` makes it durable.
+        case writeThrough
+        /// Small writes are collected in a one-chunk buffer, like stdio's: they reach the file at
+        /// `flush()`, `sync()`, `close()`, a move to another chunk, a services lock and normal
+        /// process exit; `_exit`, a crash or SIGKILL lose them. A failed deferred write is
+        /// reported by the handle's next call and by its close.
+        case writeBack
+
+        /// `.writeBack` when `ACSECURE_BUFFERING=write-back`, else `.writeThrough`.
+        public static var environmentDefault: Buffering {
+            if let v = getenv("ACSECURE_BUFFERING"), ["write-back", "writeback"].contains(String(cString: v)) { return .writeBack }
+            return .writeThrough
+        }
+    }
+
+    /// Who else may use the file while it is open.
+    public enum Sharing: Sendable, Equatable {
+        /// Only this process (its handles share one state and a write-back cache).
+        case thisProcess
+        /// Other processes too: record locks, reread, write-through, for each operation.
+        case processes
+
+        /// `.processes` when `ACSECURE_MULTIPROCESS=1`, else `.thisProcess`.
+        public static var environmentDefault: Sharing {
+            if let v = getenv("ACSECURE_MULTIPROCESS"), String(cString: v) == "1" { return .processes }
+            return .thisProcess
+        }
+    }
+
+    static func resolveServices(_ services: (any KeyProvider)?, _ path: String) throws(SecureFileError) -> any KeyProvider {
+        if let services { return services }
+        do { return try SecureServices.currentOrStartFromEnvironment() } catch {
+            throw .ace(.noKeys, "\(path): secure services cannot start (\(error.message))")
+        }
+    }
+}
