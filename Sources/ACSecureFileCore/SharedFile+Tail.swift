@@ -82,6 +82,13 @@ extension SharedFile {
     /// Scans back from the physical end, over at most one write batch, for the last position at
     /// which a trailer authenticates the length that position implies and the last chunk of that
     /// length authenticates too.
+    ///
+    /// Version 2 writers seal a last chunk that is not full together with its trailer under one
+    /// selector (`reserveLastChunkAndTrailerSeals`), so for such a length the two stored selectors
+    /// must be equal: a 4-byte comparison rules out almost every position before any GCM. Lengths
+    /// that end a full chunk (a trailer may be written alone there, by a shrink) are checked in
+    /// full: one per chunk of the window. A damaged end of a large file costs a few hundred GCM
+    /// checks, not one per byte.
     private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
         guard let cipher else { return nil }
         let minimumEnd = Int64(FileLayout.headerSize + layout.trailerSize)
@@ -93,22 +100,33 @@ extension SharedFile {
         let count = Int(physical - from)
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
+        let shift = Int64(layout.chunkShift)
+        let partialMask = Int64(chunkSize - 1)
+        let selectorsBindEnds = layout.selectorSize > 0
+        var trailerChecks = 0
+        defer { if trailerChecks > 0 { Self.recoveryTrailerChecks.withLock { $0 += trailerChecks } } }
         var end = from + Int64(got)
         while end >= lowestEnd {
             defer { end -= 1 }
-            guard let size = layout.plaintextSize(forPhysicalSize: end),
-                  trailerAuthenticates(buf + Int(end - from) - layout.trailerSize, size: size) else { continue }
-            if size == 0 { return (end, size) }
-            let lastIndex = (size - 1) >> Int64(layout.chunkShift)
-            let length = layout.chunkLength(lastIndex, size: size)
+            guard let size = layout.plaintextSize(forPhysicalSize: end) else { continue }
+            let trailer = buf + Int(end - from) - layout.trailerSize
+            let lastIndex = (size - 1) >> shift
             let chunkAt = layout.chunkOffset(lastIndex)
-            guard chunkAt >= from else { continue }
+            if size > 0 && chunkAt < from { continue }
+            if selectorsBindEnds && size & partialMask != 0 && selector(at: buf + Int(chunkAt - from)) != selector(at: trailer) { continue }
+            trailerChecks += 1
+            guard trailerAuthenticates(trailer, size: size) else { continue }
+            if size == 0 { return (end, size) }
+            let length = layout.chunkLength(lastIndex, size: size)
             let ok = openChunk(buf + Int(chunkAt - from), index: lastIndex, length: length, into: workBase, cipher: cipher)
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
             if ok { return (end, size) }
         }
         return nil
     }
+
+    /// Trailer candidates the recovery scans of this process authenticated with GCM (for tests).
+    static let recoveryTrailerChecks = LockedValue(0)
 
     /// Cuts off what an interrupted extension left after the last complete file, before the file changes.
     func repairTornTailIfNeeded() throws(SecureFileError) {

@@ -201,6 +201,10 @@ public enum SecureFileTesting {
         set { Sys.faultInjector = newValue }
     }
 
+    /// How many trailer positions the end-of-file recovery scans of this process have checked
+    /// with GCM (docs/FORMAT.md "Recovery"): a damaged end must not cost one check per byte.
+    public static var recoveryTrailerChecks: Int { SharedFile.recoveryTrailerChecks.withLock { $0 } }
+
     /// As `faultInjector`, with each transfer's byte count and offset (0 for other calls).
     public static var transferFaultInjector: (@Sendable (Call, _ count: Int, _ offset: Int64) -> Fault?)? {
         get { Sys.transferFaultInjector }
