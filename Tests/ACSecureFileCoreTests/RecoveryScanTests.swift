@@ -113,4 +113,21 @@ final class RecoveryScanTests: XCTestCase {
         XCTAssertEqual(try g.bytesAfterAuthenticatedEnd, 700)
         try g.close()
     }
+
+    /// Version 1 has no selectors: every valid position is still a candidate, and an interrupted
+    /// extension of a version 1 test vector (10,000 bytes, an end inside a chunk) recovers.
+    func testVersion1TornExtensionRecovers() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v1.acsf")
+        writeWholeFile(path, readWholeFile(FormatVectorTests.directory + "/v1/multi-chunk.acsf"))
+        appendRaw(path, (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 29 &+ 1) })
+        let services = FixedKeyProvider(kek: try FormatVectorTests.kek())
+        let before = SecureFileTesting.recoveryTrailerChecks
+        let f = try SecureFile.open(path, flags: O_RDONLY, services: services)
+        XCTAssertEqual(try f.size, 10_000)
+        XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 3000)
+        XCTAssertEqual(try f.pread(count: 20_000, at: 0), FormatVectorTests.plaintext(10_000))
+        try f.close()
+        XCTAssertGreaterThan(SecureFileTesting.recoveryTrailerChecks - before, 2900, "every position after the end was checked")
+    }
 }

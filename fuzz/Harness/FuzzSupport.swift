@@ -78,6 +78,14 @@ struct ByteCursor {
     mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
 }
 
+/// Whether the first `count` bytes of `a` and `b` are equal (one `memcmp`: element-wise comparison
+/// under coverage instrumentation costs more than the engine call it checks).
+func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
+    precondition(count <= a.count && count <= b.count)
+    if count == 0 { return true }
+    return a.withUnsafeBytes { x in b.withUnsafeBytes { memcmp(x.baseAddress!, $0.baseAddress!, count) == 0 } }
+}
+
 /// Reads a whole secure file from offset 0 with preads of `step` bytes.
 func readAllSecure(_ file: SecureFile, step: Int = 65536) throws -> [UInt8] {
     var out: [UInt8] = []

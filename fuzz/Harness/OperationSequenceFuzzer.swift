@@ -175,7 +175,7 @@ public enum OperationSequenceFuzzer {
                 })
                 log.append("\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)")
                 if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
-                else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
+                else if case .value(let k) = a, !sameBytes(pb, sb, count: Int(k)) { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
             case 7, 8:  // readv / writev
                 let sizes = (0..<(1 + Int(c.u8() % 4))).map { _ in length() % 6000 }
                 if op % 16 == 7 {
@@ -207,7 +207,7 @@ public enum OperationSequenceFuzzer {
                     })
                     log.append("\(step) readv[\(i)](\(sizes)) -> \(a)")
                     if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
-                    else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) readv: bytes differ") }
+                    else if case .value(let k) = a, !sameBytes(pb, sb, count: Int(k)) { finding = FuzzFinding("step \(step) readv: bytes differ") }
                 }
             case 9:  // lseek
                 let whence = [SEEK_SET, SEEK_CUR, SEEK_END][Int(c.u8()) % 3]
@@ -271,7 +271,7 @@ public enum OperationSequenceFuzzer {
             let f = try SecureFile.open(st.securePath, flags: O_RDONLY, services: services)
             defer { try? f.close() }
             let got = try readAllSecure(f, step: 10_000)
-            if got != expected {
+            if got.count != expected.count || !sameBytes(got, expected, count: got.count) {
                 return FuzzFinding("final contents differ: secure \(got.count) bytes, plain \(expected.count)\n" + log.suffix(20).joined(separator: "\n"))
             }
         } catch {
