@@ -20,6 +20,7 @@ let package = Package(
         .executable(name: "FuzzOperationSequence", targets: ["FuzzOperationSequence"]),
         .executable(name: "FuzzSeedStoreParse", targets: ["FuzzSeedStoreParse"]),
         .executable(name: "FuzzCryptoBlockParse", targets: ["FuzzCryptoBlockParse"]),
+        .executable(name: "FuzzWrappedFileParse", targets: ["FuzzWrappedFileParse"]),
     ],
     dependencies: [
         .package(path: ".."),
@@ -30,6 +31,7 @@ let package = Package(
         .executableTarget(name: "FuzzOperationSequence", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzSeedStoreParse", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzCryptoBlockParse", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzWrappedFileParse", dependencies: ["FuzzHarness"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -28,7 +28,7 @@ public enum Sys {
         return injector(call)
     }
 
-    static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
+    package static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
         if case .fail(let e)? = fault(.open) { return .failure(Errno(e)) }
         if let memory { return memory.open(path, flags, mode) }
         while true {
@@ -39,7 +39,7 @@ public enum Sys {
     }
 
     /// Reads until `count` bytes or end of file. Returns the bytes read.
-    static func preadFull(_ fd: Int32, _ buf: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Result<Int, Errno> {
+    package static func preadFull(_ fd: Int32, _ buf: UnsafeMutableRawPointer, _ count: Int, _ offset: Int64) -> Result<Int, Errno> {
         var done = 0
         while done < count {
             var want = count - done
@@ -88,7 +88,7 @@ public enum Sys {
         return .success(())
     }
 
-    static func fstat(_ fd: Int32) -> Result<stat, Errno> {
+    package static func fstat(_ fd: Int32) -> Result<stat, Errno> {
         if case .fail(let e)? = fault(.fstat) { return .failure(Errno(e)) }
         if let memory { return memory.fstat(fd) }
         var st = stat()
@@ -141,7 +141,7 @@ public enum Sys {
     }
 
     /// Closes once; `EINTR` from close is not retried (on Linux the descriptor is already gone).
-    static func close(_ fd: Int32) -> Result<Void, Errno> {
+    package static func close(_ fd: Int32) -> Result<Void, Errno> {
         if let memory {
             let closed = memory.close(fd)
             if case .fail(let e)? = fault(.close) { return .failure(Errno(e)) }

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Synchronization
 import ACCrypto
-import ACSecureFileCore
+@_spi(Testing) import ACSecureFileCore
 import ACSecureServices
 
 /// Extension wrapped files on the engine alone, without Foundation: the logic behind ACSecureSharing's
@@ -138,28 +138,32 @@ package enum WrappedFiles {
         }
     }
 
-    /// Looks at the clear header only: is this a secure file of the wrapped-file key class?
+    /// Looks at the clear header only: is this a secure file of the wrapped-file key class? Through
+    /// the engine's system call layer (`Sys`), like the secure file that is opened next.
     private static func checkIsWrapped(_ path: String) throws(WrappedFileOpenError) {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            let e = errno
-            if e == EISDIR { throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory")) }
-            throw .secureFile(.posix(e, path))
+        let fd: Int32
+        switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) {
+        case .success(let f): fd = f
+        case .failure(let e):
+            if e.rawValue == EISDIR { throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory")) }
+            throw .secureFile(.posix(e.rawValue, path))
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw .secureFile(.posix(errno, path)) }
+        defer { _ = Sys.close(fd) }
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw .secureFile(.posix(e.rawValue, path))
+        }
         guard st.st_mode & S_IFMT == S_IFREG else {
             throw .secureFile(SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
                                               message: "\(path): not a regular file"))
         }
         var head = [UInt8](repeating: 0, count: 16)
-        var got = 0
-        while got < head.count {
-            let n = head.withUnsafeMutableBytes { Glibc.pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
-            if n < 0 { if errno == EINTR { continue }; throw .secureFile(.posix(errno, "\(path): read")) }
-            if n == 0 { break }
-            got += n
+        let read = head.withUnsafeMutableBytes { Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }
+        let got: Int
+        switch read {
+        case .success(let n): got = n
+        case .failure(let e): throw .secureFile(.posix(e.rawValue, "\(path): read"))
         }
         guard got == head.count, Array(head[0..<4]) == Array("ACSF".utf8) else {
             throw .unknownWrapperFormat("\(path): not an extension wrapped file (no secure file header)")

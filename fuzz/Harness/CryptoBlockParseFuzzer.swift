@@ -51,7 +51,8 @@ public enum CryptoBlockParseFuzzer {
             let e = error as NSError
             guard e.domain == "ACErrorDomain" else { return FuzzFinding("refused with domain \(e.domain) code \(e.code)") }
             if b.count >= 56 {
-                let key = b[24..<56].map { String(format: "%02x", $0) }.joined()
+                let digits = Array("0123456789abcdef".utf8)
+                let key = String(decoding: b[24..<56].flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
                 if e.localizedDescription.contains(key) || "\(e)".contains(key) { return FuzzFinding("the error echoes the key bytes") }
             }
             return nil
