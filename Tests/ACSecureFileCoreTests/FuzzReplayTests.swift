@@ -30,7 +30,7 @@ final class FuzzReplayTests: XCTestCase {
     static let targets: [(String, @Sendable ([UInt8]) -> FuzzFinding?)] = [
         ("FuzzSecureFileParse", SecureFileParseFuzzer.run), ("FuzzOperationSequence", OperationSequenceFuzzer.run),
         ("FuzzSeedStoreParse", SeedStoreParseFuzzer.run), ("FuzzCryptoBlockParse", CryptoBlockParseFuzzer.run),
-        ("FuzzWrappedFileParse", WrappedFileParseFuzzer.run),
+        ("FuzzWrappedFileParse", WrappedFileParseFuzzer.run), ("FuzzCAPIArguments", CAPIArgumentsFuzzer.run),
     ]
 
     func testReplayFailCasesAndCorpus() throws {
