@@ -68,5 +68,10 @@ final class FuzzReplayTests: XCTestCase {
             if let f = SeedStoreParseFuzzer.run(input) { XCTFail("seed file input \(i): \(f)"); break }
             if let f = CryptoBlockParseFuzzer.run(input) { XCTFail("crypto block input \(i): \(f)"); break }
         }
+        for i in 0..<300 {
+            let input = randomBytes(Int.random(in: 0...200, using: &rng), &rng)
+            if let f = WrappedFileParseFuzzer.run(input) { XCTFail("wrapped file input \(i): \(f)"); break }
+            if let f = CAPIArgumentsFuzzer.run(input) { XCTFail("C API input \(i): \(f)"); break }
+        }
     }
 }

@@ -13,9 +13,11 @@ import ACSecureFileCAPI
 /// on a plain file through the kernel. ACSecureFile.h promises the POSIX result and errno, so they
 /// must match, except where the header documents otherwise: a NULL buffer with a non-zero count is
 /// always EFAULT (the kernel reports it only when it copies: a read at end of file returns 0), and
-/// SEEK_DATA/SEEK_HOLE (the whole secure file is data) are not compared. Offsets between 2^44 (the
-/// secure limit) and the plain file system's limit are not used. At the end the secure file, read
-/// back, must equal the plain file.
+/// SEEK_DATA/SEEK_HOLE (the whole secure file is data) are not compared, nor is the secure file's
+/// own size limit (2^44: EFBIG/EINVAL where the plain file system goes on), so huge offsets are
+/// used only to read. The plain file lives in /dev/shm (a tmpfs: fsync costs nothing there) when
+/// it is writable, else in the scratch directory. At the end the secure file, read back, must equal the
+/// plain file.
 public enum CAPIArgumentsFuzzer {
     struct Pair { var secure: Int32; var plain: Int32 }
 
@@ -29,15 +31,27 @@ public enum CAPIArgumentsFuzzer {
         guard ACSecureServicesStart("com.example.fuzz-capi", store) == 0 else {
             fatalError("ACSecureServicesStart failed: errno \(errno)")
         }
-        let p = FuzzScratch.path("capi-plain")
+        let tmpfs = access("/dev/shm", W_OK) == 0  // a tmpfs on Linux
+        let p = tmpfs ? "/dev/shm/acsecure-fuzz-capi-\(getpid())" : FuzzScratch.path("capi-plain")
+        if tmpfs { atexit { CAPIArgumentsFuzzer.removePlainFile() } }
         plainPath = p
         return p
+    }
+
+    static func removePlainFile() {
+        if let plainPath { unlink(plainPath) }
     }
 
     static let maximumOperations = 48
     static let bufferSize = 256 << 10  // larger than any file the calls can make
     static let sizeMax = Int(bitPattern: UInt.max)  // SIZE_MAX as Swift's Int
     static let overSSizeMax = Int(bitPattern: UInt(1) << 63)
+
+    /// Read buffers and write data, made once: fresh 256 KiB buffers per input cost more (page
+    /// faults under ASan) than the calls they check.
+    nonisolated(unsafe) static var secureBuffer = [UInt8](repeating: 0, count: bufferSize)
+    nonisolated(unsafe) static var plainBuffer = [UInt8](repeating: 0, count: bufferSize)
+    static let pattern: [UInt8] = (0..<(16 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 151 ^ $0 >> 9) }
 
     enum Result2: Equatable, CustomStringConvertible {
         case value(Int), failure(Int32)
@@ -64,9 +78,6 @@ public enum CAPIArgumentsFuzzer {
             }
             var c = ByteCursor(input)
             var log: [String] = []
-            var secureBuffer = [UInt8](repeating: 0, count: bufferSize)
-            var plainBuffer = [UInt8](repeating: 0, count: bufferSize)
-            let pattern: [UInt8] = (0..<(16 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 151 ^ $0 >> 9) }
 
             func fds() -> (Int32, Int32) {
                 let b = c.u8()
@@ -96,12 +107,12 @@ public enum CAPIArgumentsFuzzer {
                 default: return 0
                 }
             }
-            func offset() -> Int64 {
+            func offset(forRead: Bool = false) -> Int64 {
                 let b = c.u8()
                 switch b % 8 {
                 case 0: return -1 - Int64(c.u8())
                 case 1: return b & 0x80 != 0 ? Int64.min : -4096
-                case 2: return b & 0x80 != 0 ? 1 << 62 : 1 << 45
+                case 2: return !forRead ? 40_000 : b & 0x80 != 0 ? 1 << 62 : 1 << 45
                 case 3: return Int64(c.u8() % 16) * 4096 + Int64(c.u8() % 5) - 2
                 default: return Int64(c.u16() % 40_000)
                 }
@@ -163,7 +174,7 @@ public enum CAPIArgumentsFuzzer {
                     let (s, p) = fds()
                     let n = count(forWrite: false)
                     let null = c.u8() % 6 == 0
-                    let at: Int64? = op == 4 ? offset() : nil
+                    let at: Int64? = op == 4 ? offset(forRead: true) : nil
                     let sr = secureBuffer.withUnsafeMutableBytes { b in
                         let buf = null ? nil : b.baseAddress
                         return result(at.map { ACSecureFilePread(s, buf, n, off_t($0)) } ?? ACSecureFileRead(s, buf, n))
