@@ -11,6 +11,9 @@ let package = Package(
         .executable(name: "acsecure", targets: ["acsecure"]),
         // Encrypted SQLite: the "acsecure" VFS (ACSecureSQLite.h) on the C API, for C and Swift.
         .library(name: "ACSecureSQLite", targets: ["CACSecureSQLite"]),
+        // The C API as a static part of another package's executable: the fuzz targets (fuzz/) call it
+        // in process, on the same engine as ACSecureFileKit.
+        .library(name: "ACSecureFileCAPIKit", targets: ["CACSecureFile", "ACSecureFileCAPI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -70,7 +73,7 @@ let package = Package(
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
         .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
-        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing"], path: "fuzz/Harness"),
+        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing", "ACSecureFileCAPI", "CACSecureFile"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.

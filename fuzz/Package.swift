@@ -23,16 +23,27 @@ let package = Package(
         .executable(name: "FuzzOperationSequence", targets: ["FuzzOperationSequence"]),
         .executable(name: "FuzzSeedStoreParse", targets: ["FuzzSeedStoreParse"]),
         .executable(name: "FuzzCryptoBlockParse", targets: ["FuzzCryptoBlockParse"]),
+        .executable(name: "FuzzWrappedFileParse", targets: ["FuzzWrappedFileParse"]),
+        .executable(name: "FuzzCAPIArguments", targets: ["FuzzCAPIArguments"]),
     ],
     dependencies: [
         .package(path: ".."),
     ],
     targets: [
-        .target(name: "FuzzHarness", dependencies: [.product(name: "ACSecureFileKit", package: parentIdentity)], path: "Harness"),
+        .target(name: "FuzzHarness", dependencies: [.product(name: "ACSecureFileKit", package: parentIdentity),
+                                                   .product(name: "ACSecureFileCAPIKit", package: parentIdentity)], path: "Harness"),
         .executableTarget(name: "FuzzSecureFileParse", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzOperationSequence", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzSeedStoreParse", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzCryptoBlockParse", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzWrappedFileParse", dependencies: ["FuzzHarness"]),
+        .executableTarget(name: "FuzzCAPIArguments", dependencies: ["FuzzHarness"]),
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The harness needs the library's system-call mocking (the in-memory file system), which the library
+// compiles in debug builds only: the same condition here, so a debug build works as it is.
+for target in package.targets {
+    target.swiftSettings = (target.swiftSettings ?? []) + [.define("ACSECURE_SYSCALL_MOCKING", .when(configuration: .debug))]
+}

@@ -209,12 +209,13 @@ private func argumentError(_ error: SecureFileError, _ file: SecureFile, _ acces
     throw error
 }
 
-/// `size_t` arrives as `Int`: a count above `SSIZE_MAX` is negative here, and `read(2)` rejects it
-/// with EINVAL. A NULL buffer with a non-zero count is EFAULT, as the kernel reports it.
+/// `size_t` arrives as `Int`: a count above `SSIZE_MAX` is negative here. Linux's `read(2)` and
+/// `write(2)` reject it with EFAULT (no buffer that large fits in the address space; found by
+/// FuzzCAPIArguments against the kernel). A NULL buffer with a non-zero count is EFAULT too.
 @inline(__always)
 private func checkedCount(_ base: UnsafeRawPointer?, _ count: Int, _ file: SecureFile, _ access: Access,
                           _ what: String) throws(SecureFileError) {
-    if count < 0 { try argumentError(.cArgument(EINVAL, "\(what): count exceeds SSIZE_MAX"), file, access) }
+    if count < 0 { try argumentError(.cArgument(EFAULT, "\(what): count exceeds SSIZE_MAX (no buffer is that large)"), file, access) }
     if base == nil && count != 0 { try argumentError(.cArgument(EFAULT, "\(what): NULL buffer"), file, access) }
 }
 

@@ -29,7 +29,7 @@ final class ChunkKeys {
 
     private var writeSelector: UInt32 = 0
     private var writeContext: AESGCMContext?
-    private var writesLeft = 0
+    private(set) var writesLeft = 0
     /// How many selectors this writer has drawn (observable by tests).
     private(set) var selectorsDrawn = 0
 
@@ -100,6 +100,14 @@ final class ChunkKeys {
         if writesLeft == 0 || writeContext == nil { try drawSelector() }
         writesLeft -= 1
         return (writeSelector, writeContext!)
+    }
+
+    /// Makes the next `count` seals share one selector, drawing a fresh one now if fewer seals are
+    /// left under the current one. A last chunk that is not full and its trailer are sealed as such
+    /// a pair: the end-of-file recovery scan skips, without any GCM, the positions where they differ.
+    func reserveSeals(_ count: Int) throws(CryptoError) {
+        guard single == nil, writesLeft < count || writeContext == nil else { return }
+        try drawSelector()
     }
 
     private func drawSelector() throws(CryptoError) {

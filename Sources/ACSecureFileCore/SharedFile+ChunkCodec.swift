@@ -64,6 +64,14 @@ extension SharedFile {
         }
     }
 
+    /// Called before sealing the last chunk of a new end and then its trailer: both get one selector
+    /// (docs/FORMAT.md "Recovery" relies on it for ends inside a chunk).
+    func reserveLastChunkAndTrailerSeals(cipher: ChunkKeys) throws(SecureFileError) {
+        do { try cipher.reserveSeals(2) } catch {
+            throw .ace(.internalError, "\(path): cannot derive a chunk key (\(error))")
+        }
+    }
+
     func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64) -> Bool {
         guard let cipher, let context = cipher.context(forSelector: selector(at: t)) else { return false }
         let n = t + layout.selectorSize

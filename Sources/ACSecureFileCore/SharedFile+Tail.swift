@@ -83,33 +83,93 @@ extension SharedFile {
     /// Scans back from the physical end, over at most one write batch, for the last position at
     /// which a trailer authenticates the length that position implies and the last chunk of that
     /// length authenticates too.
+    ///
+    /// Version 2 writers seal a last chunk that is not full together with its trailer under one
+    /// selector (`reserveLastChunkAndTrailerSeals`), so for such a length the two stored selectors
+    /// must be equal: a 4-byte comparison rules out almost every position before any GCM. Lengths
+    /// that end a full chunk (a trailer may be written alone there, by a shrink) are checked in
+    /// full: one per chunk of the window. A damaged end of a large file costs a few hundred GCM
+    /// checks, not one per byte.
     private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
         guard let cipher else { return nil }
         let minimumEnd = Int64(FileLayout.headerSize + layout.trailerSize)
         guard physical >= minimumEnd else { return nil }
-        let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * Int64(layout.physicalChunkSize)
+        let physicalChunk = Int64(layout.physicalChunkSize)
+        let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * physicalChunk
         let lowestEnd = max(minimumEnd, physical - window)
         // One chunk more than the trailers need, so the last chunk of the lowest end is in the buffer.
-        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(layout.trailerSize) - Int64(layout.physicalChunkSize))
+        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(layout.trailerSize) - physicalChunk)
         let count = Int(physical - from)
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
-        var end = from + Int64(got)
-        while end >= lowestEnd {
-            defer { end -= 1 }
-            guard let size = layout.plaintextSize(forPhysicalSize: end),
-                  trailerAuthenticates(buf + Int(end - from) - layout.trailerSize, size: size) else { continue }
-            if size == 0 { return (end, size) }
-            let lastIndex = (size - 1) >> Int64(layout.chunkShift)
-            let length = layout.chunkLength(lastIndex, size: size)
-            let chunkAt = layout.chunkOffset(lastIndex)
-            guard chunkAt >= from else { continue }
-            let ok = openChunk(buf + Int(chunkAt - from), index: lastIndex, length: length, into: workBase, cipher: cipher)
+        let top = from + Int64(got)
+        let trailerSize = Int64(layout.trailerSize)
+        var trailerChecks = 0
+        defer { if trailerChecks > 0 { Self.recoveryTrailerChecks.withLock { $0 += trailerChecks } } }
+
+        // Whether the end at `end` (plaintext `size`, last chunk `index` at `chunkAt`) authenticates.
+        func authenticates(_ end: Int64, size: Int64, index: Int64, chunkAt: Int64) -> Bool {
+            trailerChecks += 1
+            guard trailerAuthenticates(buf + Int(end - trailerSize - from), size: size) else { return false }
+            if size == 0 { return true }
+            let length = layout.chunkLength(index, size: size)
+            let ok = openChunk(buf + Int(chunkAt - from), index: index, length: length, into: workBase, cipher: cipher)
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
-            if ok { return (end, size) }
+            return ok
+        }
+
+        // Candidate ends from the highest down, grouped by their last chunk `index`: first the end
+        // of the full chunk, then the ends inside it (lengths 2^s-1 down to 1).
+        let overhead = Int64(layout.chunkOverhead)
+        var index = (top - Int64(FileLayout.headerSize) - overhead - 1 - trailerSize) / physicalChunk
+        while index >= 0 {
+            let chunkAt = layout.chunkOffset(index)
+            let fullEnd = chunkAt + physicalChunk + trailerSize
+            if fullEnd < lowestEnd { break }
+            if chunkAt >= from {
+                let fullSize = (index + 1) << Int64(layout.chunkShift)
+                if fullEnd <= top, authenticates(fullEnd, size: fullSize, index: index, chunkAt: chunkAt) {
+                    return (fullEnd, fullSize)
+                }
+                let lo = max(lowestEnd, chunkAt + overhead + 1 + trailerSize)
+                let hi = min(top, fullEnd - 1)
+                if lo <= hi {
+                    // Version 2: only where the trailer names the chunk's selector (the writer rule).
+                    let ends = layout.selectorSize > 0
+                        ? selectorMatches(buf + Int(lo - trailerSize - from), count: Int(hi - lo) + 1,
+                                          selector: buf + Int(chunkAt - from)).map { lo + Int64($0) }
+                        : Array(lo...hi)
+                    for end in ends.reversed() {
+                        let size = fullSize - (fullEnd - end)
+                        if authenticates(end, size: size, index: index, chunkAt: chunkAt) { return (end, size) }
+                    }
+                }
+            }
+            index -= 1
+        }
+        if minimumEnd >= lowestEnd, minimumEnd <= top, authenticates(minimumEnd, size: 0, index: -1, chunkAt: 0) {
+            return (minimumEnd, 0)
         }
         return nil
     }
+
+    /// The positions `i` in `0..<count` (ascending) where the 4 bytes at `p + i` equal those at
+    /// `selector`; `memchr` finds the first byte, so a scan of a chunk costs microseconds.
+    private func selectorMatches(_ p: UnsafeRawPointer, count: Int, selector: UnsafeRawPointer) -> [Int] {
+        let first = Int32(selector.load(as: UInt8.self))
+        let s = selector.loadUnaligned(as: UInt32.self)
+        var found: [Int] = []
+        var i = 0
+        while i < count, let hit = memchr(p + i, first, count - i) {
+            let at = UnsafeRawPointer(hit) - p
+            if (p + at).loadUnaligned(as: UInt32.self) == s { found.append(at) }
+            i = at + 1
+        }
+        return found
+    }
+
+    /// Trailer candidates the recovery scans of this process authenticated with GCM (for tests).
+    static let recoveryTrailerChecks = LockedValue(0)
 
     /// Cuts off what an interrupted extension left after the last complete file, before the file changes.
     func repairTornTailIfNeeded() throws(SecureFileError) {

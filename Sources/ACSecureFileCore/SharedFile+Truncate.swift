@@ -45,6 +45,7 @@ extension SharedFile {
                 let buf = ensureScratch(bytes)
                 guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
                 NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
+                try reserveLastChunkAndTrailerSeals(cipher: cipher)
                 try sealChunk(buf, index: lastIndex, plaintext: workBase, count: lastLength, cipher: cipher)
                 work.wipe()
                 try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)

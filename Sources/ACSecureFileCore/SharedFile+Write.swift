@@ -224,6 +224,7 @@ extension SharedFile {
                 let c = buf + j * physical
                 (c + layout.selectorSize).copyMemory(from: nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
                 let index = i + Int64(j)
+                if touchesEnd && j == k - 1 { try reserveLastChunkAndTrailerSeals(cipher: cipher) }
                 try sealChunk(c, index: index, plaintext: source(index), count: j == k - 1 ? lastLength : chunkSize, cipher: cipher)
             }
             if touchesEnd {

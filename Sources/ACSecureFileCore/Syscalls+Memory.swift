@@ -216,13 +216,9 @@ import ACCrypto
     private func resize(_ inode: Inode, _ n: Int) {
         let old = inode.bytes.count
         if n < old { inode.bytes.removeSubrange(n...) } else if n > old {
-            inode.bytes = Array(unsafeUninitializedCapacity: n) { buf, count in
-                inode.bytes.withUnsafeBufferPointer { src in
-                    if old > 0 { buf.baseAddress!.initialize(from: src.baseAddress!, count: old) }
-                }
-                (buf.baseAddress! + old).initialize(repeating: 0, count: n - old)
-                count = n
-            }
+            // Geometric growth: appending in small steps must not copy the whole file each time.
+            if n > inode.bytes.capacity { inode.bytes.reserveCapacity(max(n, 2 * inode.bytes.capacity)) }
+            inode.bytes += [UInt8](repeating: 0, count: n - old)
         }
     }
 

@@ -26,6 +26,10 @@ public enum SecureFileTesting {
         }
     }
 
+    /// How many trailer positions the end-of-file recovery scans of this process have checked
+    /// with GCM (docs/FORMAT.md "Recovery"): a damaged end must not cost one check per byte.
+    public static var recoveryTrailerChecks: Int { SharedFile.recoveryTrailerChecks.withLock { $0 } }
+
     /// While `on`, every new guarded buffer fails (`SecureBytes.simulateGuardedMemoryExhaustion`),
     /// as when the process is out of mappings or address space. Set it only while no other thread
     /// uses the engine.

@@ -158,7 +158,8 @@ package enum WrappedFiles {
         }
     }
 
-    /// Looks at the clear header only: is this a secure file of the wrapped-file key class?
+    /// Looks at the clear header only: is this a secure file of the wrapped-file key class? Through
+    /// the engine's system call layer (`Sys`), like the secure file that is opened next.
     private static func checkIsWrapped(_ path: String) throws(WrappedFileOpenError) {
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {

@@ -142,6 +142,7 @@ do {
 
 /// The write shapes of the crash tests: the file's content before, and the operation.
 func runShape(store: String, path: String, shape: String, killAt: Int, tearSectors: Int) -> Never {
+    #if ACSECURE_SYSCALL_MOCKING  // kills through the fault hook: debug (test) builds only
     do {
         let services = try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum)
         guard let s = CrashShape(name: shape) else { emit("E unknown shape \(shape)"); _exit(2) }
@@ -179,6 +180,10 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
         emit("E \(error)")
         _exit(1)
     }
+    #else
+    emit("E write shapes need a build with ACSECURE_SYSCALL_MOCKING (debug)")
+    _exit(2)
+    #endif
 }
 
 /// Each shape of docs/FORMAT.md "What a crash can cost". The parent reads this table from

@@ -146,6 +146,23 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(fd), 0)
     }
 
+    /// A count above SSIZE_MAX is EFAULT, as Linux's read(2)/write(2) give it (no buffer is that
+    /// large); it was EINVAL (found by FuzzCAPIArguments, fuzz/FailCases/FuzzCAPIArguments/count-above-ssize-max-is-efault).
+    /// The descriptor's mode is still checked first.
+    func testCountAboveSSizeMaxIsEFAULTAsLinux() {
+        let fd = open("huge", O_RDWR | O_CREAT)
+        var b = [UInt8](repeating: 0, count: 16)
+        let huge = Int(bitPattern: UInt.max), over = Int(bitPattern: UInt(1) << 63)
+        assertFails(b.withUnsafeMutableBytes { ACSecureFileRead(fd, $0.baseAddress, huge) }, errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        assertFails(b.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, over, 0) }, errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        assertFails(b.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, huge) }, errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        assertFails(b.withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, over, 0) }, errno: EFAULT, ace: ACE_INVALID_ARG, fd: fd)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        let ro = open("huge", O_RDONLY)
+        assertFails(b.withUnsafeBytes { ACSecureFileWrite(ro, $0.baseAddress, huge) }, errno: EBADF, ace: ACE_WRITE_ON_READONLY_ERROR, fd: ro)
+        XCTAssertEqual(ACSecureFileClose(ro), 0)
+    }
+
     func testInvalidUTF8PathIsRefusedNotRepaired() {
         let bad: [CChar] = (Array(path("bad").utf8) + [0xFF, 0]).map { CChar(bitPattern: $0) }
         assertFails(ACSecureFile_openWithMode(bad, O_RDWR | O_CREAT, 0o600), errno: EINVAL)

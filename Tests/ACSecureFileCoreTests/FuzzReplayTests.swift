@@ -31,6 +31,7 @@ final class FuzzReplayTests: XCTestCase {
     static let targets: [(String, @Sendable ([UInt8]) -> FuzzFinding?)] = [
         ("FuzzSecureFileParse", SecureFileParseFuzzer.run), ("FuzzOperationSequence", OperationSequenceFuzzer.run),
         ("FuzzSeedStoreParse", SeedStoreParseFuzzer.run), ("FuzzCryptoBlockParse", CryptoBlockParseFuzzer.run),
+        ("FuzzWrappedFileParse", WrappedFileParseFuzzer.run), ("FuzzCAPIArguments", CAPIArgumentsFuzzer.run),
     ]
 
     func testReplayFailCasesAndCorpus() throws {
@@ -67,6 +68,11 @@ final class FuzzReplayTests: XCTestCase {
             if i % 3 != 0, !input.isEmpty { input[0] |= 1 }  // mostly edits of valid files
             if let f = SeedStoreParseFuzzer.run(input) { XCTFail("seed file input \(i): \(f)"); break }
             if let f = CryptoBlockParseFuzzer.run(input) { XCTFail("crypto block input \(i): \(f)"); break }
+        }
+        for i in 0..<300 {
+            let input = randomBytes(Int.random(in: 0...200, using: &rng), &rng)
+            if let f = WrappedFileParseFuzzer.run(input) { XCTFail("wrapped file input \(i): \(f)"); break }
+            if let f = CAPIArgumentsFuzzer.run(input) { XCTFail("C API input \(i): \(f)"); break }
         }
     }
 }

@@ -92,6 +92,7 @@ do {
         say("ready")
         handle.closeFile()
         say("survived")
+    #if ACSECURE_SYSCALL_MOCKING  // fault injection: debug (test) builds only
     case "synchronize-fails":
         // The writes stay in the cache, then the fsync fails: the data may not be durable.
         let handle = ACFileHandle(forUpdatingAtPath: path)!
@@ -99,6 +100,7 @@ do {
         SecureFileTesting.faultInjector = { $0 == .fsync ? .fail(EIO) : nil }
         handle.synchronizeFile()
         say("survived")
+    #endif
 
     // A released handle flushes and closes.
     case "release-then-exit":
@@ -112,6 +114,7 @@ do {
         handle.write(Data("written by \(mode)".utf8))
         handle.closeFile()
         say("ready")
+    #if ACSECURE_SYSCALL_MOCKING
     case "release-flush-fails":
         do {
             let handle = ACFileHandle(forWritingAtPath: path)!
@@ -120,6 +123,7 @@ do {
             SecureFileTesting.faultInjector = { $0 == .close ? .fail(EIO) : nil }
         }
         say("released")
+    #endif
     default:
         FileHandle.standardError.write(Data("unknown mode \(mode)\n".utf8))
         exit(2)

@@ -113,6 +113,7 @@ do {
         let before = maxRSSKiB()
         try SecureSharing.rotateDataKey(args[4], key: key(args[3]), services: s)
         answer("OK \(before) \(maxRSSKiB())")
+    #if ACSECURE_SYSCALL_MOCKING  // counts calls through the test hook: debug (test) builds only
     case "reshare-pwrites":  // reshare-pwrites <store> <appID> <from> <to> <path>: engine pwrite calls made
         let s = services(args[1], args[2])
         let counter = Counter()
@@ -123,6 +124,7 @@ do {
         try SecureSharing.reshare(args[5], from: key(args[3]), to: key(args[4]), services: s)
         SecureFileTesting.faultInjector = nil
         answer("OK \(counter.value)")
+    #endif
     case "lifetime":  // lifetime <seconds>: keeps a sensitive object alive that long (AC_SENSITIVE_DATA_MAX_LIFETIME test)
         let secret = ACSensitiveData(data: Data([0xc0, 0xff, 0xee]))
         usleep(useconds_t(Double(args[1])! * 1e6))

@@ -1,3 +1,7 @@
+// The harness runs on the in-memory file system, which exists only in builds with system-call
+// mocking (debug, and the fuzzers' release build): elsewhere (a release build of the main package)
+// this file compiles to nothing.
+#if ACSECURE_SYSCALL_MOCKING
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,9 +53,6 @@ enum FuzzScratch {
     }
 }
 
-#if !ACSECURE_SYSCALL_MOCKING
-#error("the fuzz harness runs on the in-memory file system: build it in debug, or with -Xswiftc -DACSECURE_SYSCALL_MOCKING (scripts/test.d/40-fuzz-smoke.sh)")
-#endif
 
 /// The fuzzers' files live in memory (`MemoryFileSystem` behind the engine's `Sys` layer): no
 /// system call per operation, so a target runs thousands of inputs per second. Each run installs the
@@ -91,6 +92,14 @@ struct ByteCursor {
     mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
 }
 
+/// Whether the first `count` bytes of `a` and `b` are equal (one `memcmp`: element-wise comparison
+/// under coverage instrumentation costs more than the engine call it checks).
+func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
+    precondition(count <= a.count && count <= b.count)
+    if count == 0 { return true }
+    return a.withUnsafeBytes { x in b.withUnsafeBytes { memcmp(x.baseAddress!, $0.baseAddress!, count) == 0 } }
+}
+
 /// Reads a whole secure file from offset 0 with preads of `step` bytes.
 func readAllSecure(_ file: SecureFile, step: Int = 65536) throws -> [UInt8] {
     var out: [UInt8] = []
@@ -102,3 +111,4 @@ func readAllSecure(_ file: SecureFile, step: Int = 65536) throws -> [UInt8] {
         out += buf[0..<n]
     }
 }
+#endif

@@ -1,3 +1,7 @@
+// The harness runs on the in-memory file system, which exists only in builds with system-call
+// mocking (debug, and the fuzzers' release build): elsewhere (a release build of the main package)
+// this file compiles to nothing.
+#if ACSECURE_SYSCALL_MOCKING
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,7 +53,15 @@ public enum OperationSequenceFuzzer {
     static let maxOperations = 64
     /// Written bytes are slices of this (longer than the longest `length()`, at an offset that depends
     /// on the step and the length), so misplaced bytes show; slicing is cheaper than generating them.
-    static let pattern: [UInt8] = (0..<(16_400 + 256)).map { UInt8(truncatingIfNeeded: $0 &* 131 ^ $0 >> 8) }
+    nonisolated(unsafe) static let pattern: UnsafeRawBufferPointer = {
+        let p = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_400 + 256, alignment: 16)
+        for i in 0..<p.count { p[i] = UInt8(truncatingIfNeeded: i &* 131 ^ i >> 8) }
+        return UnsafeRawBufferPointer(p)
+    }()
+    /// Read buffers, made once (fresh ones per read cost more under ASan than the reads): the plain
+    /// file's bytes and the secure file's, compared up to what the calls returned.
+    nonisolated(unsafe) static let plainReadBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+    nonisolated(unsafe) static let secureReadBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
 
     /// Runs one input. Returns a finding, or nil when both files behaved the same.
     public static func run(_ input: [UInt8]) -> FuzzFinding? {
@@ -64,7 +76,7 @@ public enum OperationSequenceFuzzer {
         }
         var pairs: [Pair] = []
         var locked = false
-        var log: [String] = []
+        var log: [() -> String] = []  // formatted only for a finding
         defer {
             for p in pairs { _ = fs.close(p.plain); try? p.secure.close() }
             if services.availability != .available { try? services.unlock(passcode: nil) }
@@ -84,7 +96,7 @@ public enum OperationSequenceFuzzer {
             }
         }
         func mismatch(_ what: String, _ a: Outcome, _ b: Outcome) -> FuzzFinding {
-            FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.suffix(20).joined(separator: "\n"))
+            FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
         }
         /// While locked: the secure call must fail cleanly and the plain call is not made.
         func expectLockedFailure(_ what: String, _ r: (Outcome, SecureFileError?)) -> FuzzFinding? {
@@ -105,9 +117,12 @@ public enum OperationSequenceFuzzer {
             default: return c.u16() % 12_000
             }
         }
-        func data(_ n: Int) -> [UInt8] {
+        func data(_ n: Int) -> UnsafeRawBufferPointer {
             let start = (step &* 37 &+ n) & 0xFF
-            return Array(pattern[start..<start + max(n, 0)])
+            return UnsafeRawBufferPointer(rebasing: pattern[start..<start + max(n, 0)])
+        }
+        func same(_ count: Int) -> Bool {
+            count == 0 || memcmp(plainReadBuffer.baseAddress!, secureReadBuffer.baseAddress!, count) == 0
         }
         func openPair(_ flags: Int32) -> FuzzFinding? {
             let r = secure { () throws -> Int64 in
@@ -122,7 +137,7 @@ public enum OperationSequenceFuzzer {
             let opened = fs.open(st.plainPath, flags | O_CLOEXEC, 0o600)
             let p = (try? opened.get()) ?? -1
             let a: Outcome = plain(opened.map { _ in 0 })
-            log.append("open(\(String(flags, radix: 8))) -> \(a)")
+            log.append { "open(\(String(flags, radix: 8))) -> \(a)" }
             if case .value = r.0 { pairs[pairs.count - 1].plain = p }
             if a != r.0 {
                 if p >= 0 { _ = fs.close(p) }
@@ -145,69 +160,53 @@ public enum OperationSequenceFuzzer {
             switch op % 16 {
             case 1, 2:  // write
                 let bytes = data(length())
-                let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.write(x) }) }
+                let b = secure { () throws -> Int64 in Int64(try pair.secure.write(bytes)) }
                 if locked { finding = expectLockedFailure("write", b); break }
-                let a = plain(bytes.withUnsafeBytes { fs.writev(pair.plain, [$0]) })
-                log.append("\(step) write[\(i)](\(bytes.count)) -> \(a)")
+                let a = plain(fs.writev(pair.plain, [bytes]))
+                log.append { [step] in "\(step) write[\(i)](\(bytes.count)) -> \(a)" }
                 if a != b.0 { finding = mismatch("write(\(bytes.count))", a, b.0) }
             case 3, 4:  // pwrite
                 let bytes = data(length())
                 let at = offset()
-                let b = secure { () throws -> Int64 in Int64(try bytes.withUnsafeBytes { (x) throws -> Int in try pair.secure.pwrite(x, at: at) }) }
+                let b = secure { () throws -> Int64 in Int64(try pair.secure.pwrite(bytes, at: at)) }
                 if locked { finding = expectLockedFailure("pwrite", b); break }
-                let a = plain(bytes.withUnsafeBytes { fs.pwrite(pair.plain, $0, at) })
-                log.append("\(step) pwrite[\(i)](\(bytes.count) @ \(at)) -> \(a)")
+                let a = plain(fs.pwrite(pair.plain, bytes, at))
+                log.append { [step] in "\(step) pwrite[\(i)](\(bytes.count) @ \(at)) -> \(a)" }
                 if a != b.0 { finding = mismatch("pwrite(\(bytes.count) @ \(at))", a, b.0) }
             case 5, 6:  // read / pread
                 let n = length()
                 let at: Int64? = op % 16 == 6 ? offset() : nil
-                var pb = [UInt8](repeating: 0, count: n), sb = [UInt8](repeating: 0, count: n)
+                let sb = UnsafeMutableRawBufferPointer(rebasing: secureReadBuffer[0..<n])
+                let pb = UnsafeMutableRawBufferPointer(rebasing: plainReadBuffer[0..<n])
                 let b = secure { () throws -> Int64 in
-                    Int64(try sb.withUnsafeMutableBytes { (x) throws -> Int in
-                        if let at { return try pair.secure.pread(into: x, at: at) }
-                        return try pair.secure.read(into: x)
-                    })
+                    if let at { return Int64(try pair.secure.pread(into: sb, at: at)) }
+                    return Int64(try pair.secure.read(into: sb))
                 }
                 if locked { finding = expectLockedFailure("read", b); break }
-                let a = plain(pb.withUnsafeMutableBytes { x in
-                    if let at { return fs.pread(pair.plain, x, at) }
-                    return fs.readv(pair.plain, [x])
-                })
-                log.append("\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)")
+                let a = plain(at.map { fs.pread(pair.plain, pb, $0) } ?? fs.readv(pair.plain, [pb]))
+                log.append { [step] in "\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)" }
                 if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
-                else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
+                else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
             case 7, 8:  // readv / writev
                 let sizes = (0..<(1 + Int(c.u8() % 4))).map { _ in length() % 6000 }
                 if op % 16 == 7 {
-                    let datas = sizes.map { data($0) }
-                    let b = secure { () throws -> Int64 in
-                        let bufs = datas.map { d in d.withUnsafeBytes { $0 } }
-                        return Int64(try withExtendedLifetime(datas) { () throws -> Int in try pair.secure.writev(bufs) })
-                    }
+                    let bufs = sizes.map { data($0) }
+                    let b = secure { () throws -> Int64 in Int64(try pair.secure.writev(bufs)) }
                     if locked { finding = expectLockedFailure("writev", b); break }
-                    let bufs = datas.map { d in d.withUnsafeBytes { $0 } }
-                    let a = plain(withExtendedLifetime(datas) { fs.writev(pair.plain, bufs) })
-                    log.append("\(step) writev[\(i)](\(sizes)) -> \(a)")
+                    let a = plain(fs.writev(pair.plain, bufs))
+                    log.append { [step] in "\(step) writev[\(i)](\(sizes)) -> \(a)" }
                     if a != b.0 { finding = mismatch("writev(\(sizes))", a, b.0) }
                 } else {
-                    let total = sizes.reduce(0, +)
-                    var pb = [UInt8](repeating: 0, count: total), sb = [UInt8](repeating: 0, count: total)
-                    let b = secure { () throws -> Int64 in
-                        try sb.withUnsafeMutableBytes { (x) throws -> Int64 in
-                            var o = 0
-                            let bufs = sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(start: x.baseAddress.map { $0 + o }, count: s) }
-                            return Int64(try pair.secure.readv(bufs))
-                        }
-                    }
-                    if locked { finding = expectLockedFailure("readv", b); break }
-                    let a = plain(pb.withUnsafeMutableBytes { x in
+                    func vectors(_ x: UnsafeMutableRawBufferPointer) -> [UnsafeMutableRawBufferPointer] {
                         var o = 0
-                        let bufs = sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(start: x.baseAddress.map { $0 + o }, count: s) }
-                        return fs.readv(pair.plain, bufs)
-                    })
-                    log.append("\(step) readv[\(i)](\(sizes)) -> \(a)")
+                        return sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(rebasing: x[o..<o + s]) }
+                    }
+                    let b = secure { () throws -> Int64 in Int64(try pair.secure.readv(vectors(secureReadBuffer))) }
+                    if locked { finding = expectLockedFailure("readv", b); break }
+                    let a = plain(fs.readv(pair.plain, vectors(plainReadBuffer)))
+                    log.append { [step] in "\(step) readv[\(i)](\(sizes)) -> \(a)" }
                     if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
-                    else if case .value(let k) = a, pb[0..<Int(k)] != sb[0..<Int(k)] { finding = FuzzFinding("step \(step) readv: bytes differ") }
+                    else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) readv: bytes differ") }
                 }
             case 9:  // lseek
                 let whence = [SEEK_SET, SEEK_CUR, SEEK_END][Int(c.u8()) % 3]
@@ -215,14 +214,14 @@ public enum OperationSequenceFuzzer {
                 let b = secure { () throws -> Int64 in try pair.secure.seek(off, whence: whence) }
                 if locked { finding = expectLockedFailure("lseek", b); break }
                 let a = plain(fs.lseek(pair.plain, off, whence))
-                log.append("\(step) lseek[\(i)](\(off), \(whence)) -> \(a)")
+                log.append { [step] in "\(step) lseek[\(i)](\(off), \(whence)) -> \(a)" }
                 if a != b.0 { finding = mismatch("lseek(\(off), \(whence))", a, b.0) }
             case 10:  // ftruncate
                 let len = c.u8() == 0 ? -1 : offset()
                 let b = secure { () throws -> Int64 in try pair.secure.truncate(to: len); return 0 }
                 if locked { finding = expectLockedFailure("ftruncate", b); break }
                 let a = plain(fs.ftruncate(pair.plain, len).map { 0 })
-                log.append("\(step) ftruncate[\(i)](\(len)) -> \(a)")
+                log.append { [step] in "\(step) ftruncate[\(i)](\(len)) -> \(a)" }
                 if a != b.0 { finding = mismatch("ftruncate(\(len))", a, b.0) }
             case 11:  // fsync / fstat
                 let stat = c.u8() & 1 == 0
@@ -232,24 +231,24 @@ public enum OperationSequenceFuzzer {
                 }
                 if locked { finding = expectLockedFailure(stat ? "fstat" : "fsync", b); break }
                 let a: Outcome = stat ? plain(fs.fstat(pair.plain).map { $0.st_size }) : plain(fs.sync(pair.plain).map { 0 })
-                log.append("\(step) \(stat ? "fstat" : "fsync")[\(i)] -> \(a)")
+                log.append { [step] in "\(step) \(stat ? "fstat" : "fsync")[\(i)] -> \(a)" }
                 if a != b.0 { finding = mismatch(stat ? "fstat" : "fsync", a, b.0) }
             case 12, 13:  // close, or reopen with the same flags (without O_EXCL / O_TRUNC)
                 let b = secure { () throws -> Int64 in try pair.secure.close(); return 0 }
                 let a = plain(fs.close(pair.plain).map { 0 })
                 pairs.remove(at: i)
-                log.append("\(step) close[\(i)] -> \(a)")
+                log.append { [step] in "\(step) close[\(i)] -> \(a)" }
                 if a != b.0 { finding = mismatch("close", a, b.0); break }
                 if op % 16 == 13 { finding = openPair(pair.flags & ~(O_EXCL | O_TRUNC)) }
             case 14:  // lock: dirty chunks are flushed, keys and plaintext dropped
                 services.lock()
                 locked = true
-                log.append("\(step) lock")
+                log.append { [step] in "\(step) lock" }
             default:  // unlock
                 if locked {
                     do { try FuzzFileSystem.onRealFiles { try services.unlock(passcode: nil) } } catch { return FuzzFinding("unlock failed: \(error)") }
                     locked = false
-                    log.append("\(step) unlock")
+                    log.append { [step] in "\(step) unlock" }
                 }
             }
             if let finding { return finding }
@@ -271,12 +270,13 @@ public enum OperationSequenceFuzzer {
             let f = try SecureFile.open(st.securePath, flags: O_RDONLY, services: services)
             defer { try? f.close() }
             let got = try readAllSecure(f, step: 10_000)
-            if got != expected {
-                return FuzzFinding("final contents differ: secure \(got.count) bytes, plain \(expected.count)\n" + log.suffix(20).joined(separator: "\n"))
+            if got.count != expected.count || !sameBytes(got, expected, count: got.count) {
+                return FuzzFinding("final contents differ: secure \(got.count) bytes, plain \(expected.count)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
             }
         } catch {
-            return FuzzFinding("final read failed: \(error)\n" + log.suffix(20).joined(separator: "\n"))
+            return FuzzFinding("final read failed: \(error)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
         }
         return nil
     }
 }
+#endif

@@ -1,3 +1,7 @@
+// The harness runs on the in-memory file system, which exists only in builds with system-call
+// mocking (debug, and the fuzzers' release build): elsewhere (a release build of the main package)
+// this file compiles to nothing.
+#if ACSECURE_SYSCALL_MOCKING
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,8 +15,7 @@ import ACSecureServices
 /// reads without error) is a finding. Crashes and hangs are caught by libFuzzer and ASan.
 ///
 /// Input: byte 0 chooses the mode. Mode 0 takes the rest as the whole file. Other modes start from a
-/// valid two-chunk file (header ‖ 2 chunks ‖ trailer; small, because a damaged end makes the engine
-/// try every end position in the file) and apply the rest as 4-byte edits: XOR a
+/// valid two-chunk file (header ‖ 2 chunks ‖ trailer) and apply the rest as 4-byte edits: XOR a
 /// byte, cut the file, append bytes (random or copied from the file), copy 32 bytes elsewhere, or
 /// move a whole physical chunk over another one.
 public enum SecureFileParseFuzzer {
@@ -26,8 +29,9 @@ public enum SecureFileParseFuzzer {
 
     nonisolated(unsafe) private static var cached: Template?
 
-    static let chunkSize = 4096
-    static let physicalChunk = chunkSize + 28
+    static let chunkSize = FileLayout().chunkSize
+    static let physicalChunk = FileLayout().physicalChunkSize
+    static let trailerSize = FileLayout().trailerSize
     static let chunkCount = 2
 
     static var template: Template {
@@ -80,7 +84,7 @@ public enum SecureFileParseFuzzer {
             switch kind % 6 {
             case 0, 1:  // XOR one byte (biased towards the header and the trailer)
                 guard !b.isEmpty else { continue }
-                let at = kind & 0x80 != 0 ? x % min(b.count, 128) : (kind & 0x40 != 0 ? b.count - 1 - x % min(b.count, 28) : x % b.count)
+                let at = kind & 0x80 != 0 ? x % min(b.count, 128) : (kind & 0x40 != 0 ? b.count - 1 - x % min(b.count, trailerSize) : x % b.count)
                 b[at] ^= y == 0 ? 1 : y
             case 2:  // cut
                 b.removeLast(b.count - x % (b.count + 1))
@@ -155,7 +159,8 @@ public enum SecureFileParseFuzzer {
                 guard offset + n <= t.plaintext.count else {
                     return FuzzFinding("read \(n) bytes at \(offset), past the plaintext's \(t.plaintext.count) bytes")
                 }
-                if !buf[0..<n].elementsEqual(t.plaintext[offset..<offset + n]) {
+                let same = buf.withUnsafeBytes { b in t.plaintext.withUnsafeBytes { memcmp(b.baseAddress!, $0.baseAddress! + offset, n) == 0 } }
+                if !same {
                     return FuzzFinding("read \(n) bytes at \(offset) that differ from the plaintext")
                 }
                 offset += n
@@ -163,3 +168,4 @@ public enum SecureFileParseFuzzer {
         }
     }
 }
+#endif

@@ -1,3 +1,7 @@
+// The harness runs on the in-memory file system, which exists only in builds with system-call
+// mocking (debug, and the fuzzers' release build): elsewhere (a release build of the main package)
+// this file compiles to nothing.
+#if ACSECURE_SYSCALL_MOCKING
 @_spi(Fuzzing) import ACSecureServices
 
 /// Fuzz target 3: untrusted bytes as a store's seed file (`SeedStore.parse`, docs/FORMAT.md "The
@@ -65,3 +69,4 @@ public enum SeedStoreParseFuzzer {
         }
     }
 }
+#endif

@@ -1,3 +1,6 @@
+#if !ACSECURE_SYSCALL_MOCKING
+#error("the fuzz targets run on the in-memory file system: build them in debug, or in release with -Xswiftc -DACSECURE_SYSCALL_MOCKING (scripts/test.d/40-fuzz-smoke.sh)")
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -163,7 +163,7 @@ int ACSecureFileClose(int fd);
  *
  * Returns the number of bytes read (0 at end of file; holes read as zeros), or -1 with errno:
  *   EBADF   unknown descriptor, or opened O_WRONLY (ACE_READ_ON_WRITEONLY_ERROR);
- *   EFAULT  buf is NULL and nbyte > 0 (ACE_INVALID_ARG);
+ *   EFAULT  buf is NULL and nbyte > 0, or nbyte > SSIZE_MAX, as Linux (ACE_INVALID_ARG);
  *   EACCES  no keys (ACE_NO_KEYS_ERROR);
  *   EIO     a chunk failed authentication (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) or the encryption
  *           layer failed (ACE_INTERNAL_ERROR);
@@ -178,7 +178,7 @@ ssize_t ACSecureFileRead(int fd, void *buf, size_t nbyte);
  * Returns nbyte (short only when the disk fills or the write reaches the 2^44-byte limit),
  * or -1 with errno:
  *   EBADF   unknown descriptor, or opened O_RDONLY (ACE_WRITE_ON_READONLY_ERROR);
- *   EFAULT  buf is NULL and nbyte > 0 (ACE_INVALID_ARG);
+ *   EFAULT  buf is NULL and nbyte > 0, or nbyte > SSIZE_MAX, as Linux (ACE_INVALID_ARG);
  *   EFBIG   the offset is at or past 2^44 bytes (ACE_FILE_TOO_BIG_ERROR);
  *   EACCES  no keys (ACE_NO_KEYS_ERROR);
  *   EIO     (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, ACE_INTERNAL_ERROR); ENOMEM (ACE_LOW_MEMORY_ERROR);

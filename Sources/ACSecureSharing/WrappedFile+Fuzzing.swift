@@ -1,0 +1,43 @@
+import ACSecureServices
+import ACSecureSharingCore
+import ACSecureFileCore
+
+/// The wrapped-file reader as the fuzz target FuzzWrappedFileParse calls it (SPI: the fuzz package is
+/// another package): the clear header check, the secure file, the authenticated "ACWF" name record.
+@_spi(Fuzzing) public enum WrappedFileParser {
+    public enum Outcome {
+        /// Opened: the record's name, the contents' length and what reading them gave.
+        case opened(name: String, length: Int64, contents: Result<[UInt8], SecureFileError>)
+        /// Not a wrapped file (`ACWrappedFile.unknownWrapperFormat`).
+        case unknownFormat(String)
+        case failed(SecureFileError)
+    }
+
+    /// Opens the wrapped file at `path` as `ACUnwrappedFile` does (no group) and reads all of it in
+    /// reads of `readStep` bytes.
+    public static func read(path: String, services: SecureServices, readStep: Int) -> Outcome {
+        let reader: WrappedFileReader
+        do {
+            reader = try WrappedFiles.open(atPath: path, sharedGroupID: nil, services: services)
+        } catch {
+            switch error {
+            case .unknownWrapperFormat(let message): return .unknownFormat(message)
+            case .secureFile(let e): return .failed(e)
+            }
+        }
+        defer { try? reader.close() }
+        let length: Int64
+        do { length = try reader.length } catch { return .failed(error) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: max(1, readStep))
+        let contents = Result { () throws(SecureFileError) -> [UInt8] in
+            while true {
+                let at = Int64(out.count)
+                let n = try buffer.withUnsafeMutableBytes { b in Result { () throws(SecureFileError) in try reader.read(into: b, at: at) } }.get()
+                if n == 0 { return out }
+                out += buffer[0..<n]
+            }
+        }
+        return .opened(name: reader.actualFileName, length: length, contents: contents)
+    }
+}
