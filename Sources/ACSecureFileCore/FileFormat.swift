@@ -201,6 +201,16 @@ extension FileHeader {
         }
     }
 
+    /// The key class the first bytes of `fd` claim (the magic, then byte 9), before any other check:
+    /// how a reader tells a damaged file of one class from a file of another kind. Nil when the
+    /// file does not start like a secure file (or cannot be read).
+    package static func claimedKeyClass(of fd: Int32) -> UInt8? {
+        var prefix = [UInt8](repeating: 0, count: 16)
+        guard case .success(prefix.count) = prefix.withUnsafeMutableBytes({ Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }),
+              Array(prefix[0..<4]) == magic else { return nil }
+        return prefix[9]
+    }
+
     /// Reads and parses the header at the start of `fd`: the one place every caller (open, stat,
     /// re-wrap, coordination, wrapped files) gets a header from disk.
     package static func read(from fd: Int32) -> Result<FileHeader, ReadFailure> {

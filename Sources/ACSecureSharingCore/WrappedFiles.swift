@@ -183,6 +183,10 @@ package enum WrappedFiles {
         case .success(let h): header = h
         case .failure(.io(let e)): throw .secureFile(.posix(e, "\(path): read"))
         case .failure(.invalid(let why)):
+            // A wrapped file whose header was damaged is a damaged file, not a file of another kind.
+            if FileHeader.claimedKeyClass(of: fd) == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue {
+                throw .secureFile(.ace(.badKeyOrCorruptData, "\(path): damaged wrapped file header (\(why))"))
+            }
             throw .unknownWrapperFormat("\(path): not an extension wrapped file (\(why))")
         }
         guard header.keyClass == KeyEncryptionKey.KeyClass.cryptoBlock.rawValue else {
