@@ -22,17 +22,7 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
     public var location: SourceLocation
 
     /// A place in the source, as `#fileID` and `#line` give it.
-    public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
-        public var fileID: String
-        public var line: Int
-
-        public init(fileID: String, line: Int) {
-            self.fileID = fileID
-            self.line = line
-        }
-
-        public var description: String { "\(fileID):\(line)" }
-    }
+    public typealias SourceLocation = ErrorSourceLocation
 
     /// `errno` defaults to the code's (`ACErrorTable`); the location to the caller's.
     public init(code: ACErrorCode, errno: Int32? = nil, message: String, cause: (any Error & Sendable)? = nil,
@@ -95,11 +85,10 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
         var text = "\(message) [\(code.name), errno \(errno)] at \(location)"
         var next = cause
         while let error = next {
-            text += "; cause: \(error)"
             switch error {
-            case let e as SecureFileError: next = e.cause
-            case let e as SecureServicesError: next = e.cause
-            default: next = nil
+            case let e as SecureFileError: text += "; cause: \(e) at \(e.location)"; next = e.cause
+            case let e as SecureServicesError: text += "; cause: \(e) at \(e.location)"; next = e.cause
+            default: text += "; cause: \(error)"; next = nil
             }
         }
         return text

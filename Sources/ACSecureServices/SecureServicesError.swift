@@ -25,26 +25,35 @@ public struct SecureServicesError: Error, Equatable, CustomStringConvertible, Se
     public var errno: Int32
     /// The lower-level error this one reports (a `CryptoError`), if any.
     public var cause: (any Error & Sendable)?
+    /// Where the error was made (as `SecureFileError.location`).
+    public var location: ErrorSourceLocation
 
-    public init(_ code: Code, _ message: String, errno: Int32 = 0, cause: (any Error & Sendable)? = nil) {
+    public init(_ code: Code, _ message: String, errno: Int32 = 0, cause: (any Error & Sendable)? = nil,
+                fileID: String = #fileID, line: Int = #line) {
         self.code = code
         self.message = message
         self.errno = errno
         self.cause = cause
+        self.location = ErrorSourceLocation(fileID: fileID, line: line)
     }
 
     public var description: String { message }
 
-    /// Equal when code, message and errno are (the cause only explains them).
+    /// Equal when code, message and errno are (the cause and location only explain them).
     public static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.code == rhs.code && lhs.message == rhs.message && lhs.errno == rhs.errno
     }
 
-    static func noKeys(_ why: String = "secure services are unavailable") -> Self { .init(.noKeys, why) }
+    static func noKeys(_ why: String = "secure services are unavailable", fileID: String = #fileID, line: Int = #line) -> Self {
+        .init(.noKeys, why, fileID: fileID, line: line)
+    }
 
     /// A failed key operation: `.outOfMemory` (ENOMEM) when memory ran out, else `fallback`.
-    static func crypto(_ error: CryptoError, _ what: String, fallback: Code = .storeIO) -> Self {
-        if case .outOfMemory = error { return .init(.outOfMemory, "\(what): \(error)", errno: ENOMEM, cause: error) }
-        return .init(fallback, "\(what): \(error)", cause: error)
+    static func crypto(_ error: CryptoError, _ what: String, fallback: Code = .storeIO,
+                       fileID: String = #fileID, line: Int = #line) -> Self {
+        if case .outOfMemory = error {
+            return .init(.outOfMemory, "\(what): \(error)", errno: ENOMEM, cause: error, fileID: fileID, line: line)
+        }
+        return .init(fallback, "\(what): \(error)", cause: error, fileID: fileID, line: line)
     }
 }

@@ -102,7 +102,8 @@ final class ErrorModelTests: XCTestCase {
             guard case .outOfMemory = error.cause as? CryptoError else { return XCTFail("cause of \(error)") }
             let engine = SecureFileError.services(error, "f")
             XCTAssertEqual(engine.code, .lowMemory)
-            XCTAssertTrue(engine.detailedDescription.contains("; cause: \(error.message); cause: out of guarded memory"),
+            XCTAssertTrue(error.location.fileID.hasPrefix("ACSecureServices/"), "the store says where it gave up: \(error.location)")
+            XCTAssertTrue(engine.detailedDescription.contains("; cause: \(error.message) at \(error.location); cause: out of guarded memory"),
                           engine.detailedDescription)
         }
     }
