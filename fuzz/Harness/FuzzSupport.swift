@@ -13,6 +13,19 @@ public struct FuzzFinding: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// The body of every libFuzzer entry point (`LLVMFuzzerTestOneInput`, one per target executable):
+/// runs `fuzzer` on the input; a finding is written to stderr and aborts, so libFuzzer keeps the input.
+public func runFuzzInput(_ target: String, _ data: UnsafePointer<UInt8>?, _ size: Int,
+                         _ fuzzer: ([UInt8]) -> FuzzFinding?) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    if let finding = fuzzer(input) {
+        let message = Array("FINDING (\(target)): \(finding)\n".utf8)
+        _ = message.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        abort()
+    }
+    return 0
+}
+
 /// A scratch directory for the fuzzers' files, removed when the process exits.
 enum FuzzScratch {
     nonisolated(unsafe) private static var made: String?
