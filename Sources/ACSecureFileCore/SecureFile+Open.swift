@@ -67,15 +67,11 @@ extension SecureFile {
             throw .posix(e.rawValue, path)
         }
         let st: stat
-        switch Sys.fstat(fd) {
-        case .success(let s): st = s
-        case .failure(let e): _ = Sys.close(fd); throw .posix(e.rawValue, path)
-        }
-        guard st.st_mode & S_IFMT == S_IFREG else {
+        do throws(SecureFileError) {
+            st = try SecureFileSystem.regularFileStat(fd, path, note: " (secure files are regular files only)")
+        } catch {
             _ = Sys.close(fd)
-            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
-            throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
-                                  message: "\(path): \(isDirectory ? "is a directory" : "not a regular file") (secure files are regular files only)")
+            throw error
         }
         _ = Sys.clearNonblocking(fd)
         if flags & O_CLOEXEC == 0 { _ = Sys.clearCloseOnExec(fd) }

@@ -40,15 +40,7 @@ extension SecureFileSystem {
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         defer { _ = Sys.close(fd) }
-        let st: stat
-        switch Sys.fstat(fd) {
-        case .success(let s): st = s
-        case .failure(let e): throw .posix(e.rawValue, path)
-        }
-        guard st.st_mode & S_IFMT == S_IFREG else {
-            throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
-                                  message: "\(path): not a regular file")
-        }
+        let st = try regularFileStat(fd, path)
         let header: FileHeader
         switch FileHeader.read(from: fd) {
         case .success(let h): header = h

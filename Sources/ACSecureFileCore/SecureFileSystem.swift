@@ -71,3 +71,22 @@ public enum SecureFileSystem {
         if case .failure(let e) = Sys.rename(old, new) { throw .posix(e.rawValue, "\(old) -> \(new)") }
     }
 }
+
+extension SecureFileSystem {
+    /// `fstat` of a descriptor that must be a regular file: anything else is `regularFileOnly`
+    /// (EISDIR for a directory, EINVAL for a device, FIFO or socket), the error naming `path` and
+    /// ending with `note`. The one check behind open, info and wrapped files.
+    package static func regularFileStat(_ fd: Int32, _ path: String, note: String = "") throws(SecureFileError) -> stat {
+        let st: stat
+        switch Sys.fstat(fd) {
+        case .success(let s): st = s
+        case .failure(let e): throw .posix(e.rawValue, path)
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+            throw SecureFileError(code: .regularFileOnly, errno: isDirectory ? EISDIR : EINVAL,
+                                  message: "\(path): \(isDirectory ? "is a directory" : "not a regular file")\(note)")
+        }
+        return st
+    }
+}

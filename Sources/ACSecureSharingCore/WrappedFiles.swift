@@ -96,23 +96,15 @@ package enum WrappedFiles {
     }
 
     private static func openRegularFile(_ path: String) throws(SecureFileError) -> Int32 {
+        // O_NONBLOCK: a FIFO must not block the open; a read-only open of a directory succeeds, and
+        // the check below refuses it.
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {
         case .success(let f): fd = f
-        case .failure(let e) where e.rawValue == EISDIR:
-            throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (only regular files can be wrapped)")
         case .failure(let e): throw .posix(e.rawValue, path)
         }
         do throws(SecureFileError) {
-            let st: stat
-            switch Sys.fstat(fd) {
-            case .success(let s): st = s
-            case .failure(let e): throw .posix(e.rawValue, path)
-            }
-            guard st.st_mode & S_IFMT == S_IFREG else {
-                throw SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
-                                      message: "\(path): not a regular file (only regular files can be wrapped)")
-            }
+            _ = try SecureFileSystem.regularFileStat(fd, path, note: " (only regular files can be wrapped)")
             if case .failure(let e) = Sys.clearNonblocking(fd) { throw .posix(e.rawValue, path) }
         } catch {
             _ = Sys.close(fd)
@@ -164,20 +156,10 @@ package enum WrappedFiles {
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {
         case .success(let f): fd = f
-        case .failure(let e) where e.rawValue == EISDIR:
-            throw .secureFile(SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory"))
         case .failure(let e): throw .secureFile(.posix(e.rawValue, path))
         }
         defer { _ = Sys.close(fd) }  // read only: nothing to lose
-        let st: stat
-        switch Sys.fstat(fd) {
-        case .success(let s): st = s
-        case .failure(let e): throw .secureFile(.posix(e.rawValue, path))
-        }
-        guard st.st_mode & S_IFMT == S_IFREG else {
-            throw .secureFile(SecureFileError(code: .regularFileOnly, errno: st.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL,
-                                              message: "\(path): not a regular file"))
-        }
+        do throws(SecureFileError) { _ = try SecureFileSystem.regularFileStat(fd, path) } catch { throw .secureFile(error) }
         let header: FileHeader
         switch FileHeader.read(from: fd) {
         case .success(let h): header = h
