@@ -65,7 +65,7 @@ public struct ACErrorMapping: Sendable {
 /// The C API (`CResult`, `WrappedCError`), the Foundation NSError bridge and acsecure's `CLIError`
 /// read it; none has its own mapping.
 public enum ACErrorTable {
-    /// acsecure's exit statuses (the CLI's `ExitStatus` has the same values).
+    /// acsecure's exit statuses for failures (the CLI's `ExitStatus` takes them from here).
     public enum Exit {
         public static let usage: Int32 = 1
         public static let io: Int32 = 2

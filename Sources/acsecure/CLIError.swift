@@ -5,20 +5,23 @@ import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
 
-/// acsecure's exit codes (also listed in `acsecure --help` and the README).
-enum ExitStatus: Int32 {
+/// acsecure's exit codes (also listed in `acsecure --help` and the README). The statuses of
+/// failed file and key operations are the error table's (`ACErrorTable.Exit`), not a copy.
+struct ExitStatus: RawRepresentable, Equatable {
+    let rawValue: Int32
+
     /// Success.
-    case ok = 0
+    static let ok = ExitStatus(rawValue: 0)
     /// Bad usage, or an operation refused (output exists without --force, no confirmation, ...).
-    case usage = 1
+    static let usage = ExitStatus(rawValue: ACErrorTable.Exit.usage)
     /// An I/O or file-system error (the message names the file and errno).
-    case io = 2
+    static let io = ExitStatus(rawValue: ACErrorTable.Exit.io)
     /// No keys: no store, store locked (passcode missing or wrong), unreadable, or retired.
-    case noKeys = 3
+    static let noKeys = ExitStatus(rawValue: ACErrorTable.Exit.noKeys)
     /// Wrong key or corrupt data (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR), or not a secure file.
-    case badKeyOrCorrupt = 4
+    static let badKeyOrCorrupt = ExitStatus(rawValue: ACErrorTable.Exit.badKeyOrCorrupt)
     /// `verify` found a file that does not authenticate.
-    case verifyFailed = 5
+    static let verifyFailed = ExitStatus(rawValue: 5)
 
     static let helpText = """
         EXIT CODES:
@@ -61,8 +64,8 @@ struct CLIError: Error {
     }
 
     static func status(for error: SecureFileError) -> ExitStatus {
-        // ACErrorTable.Exit holds this enum's numbers; 30-cli.sh checks the status of each kind of failure.
-        ExitStatus(rawValue: error.code.mapping.exitStatus) ?? .io
+        // 30-cli.sh checks the status of each kind of failure.
+        ExitStatus(rawValue: error.code.mapping.exitStatus)
     }
 
     /// No guarded memory left for a passcode, key or buffer.
