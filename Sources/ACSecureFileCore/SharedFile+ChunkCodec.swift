@@ -68,7 +68,7 @@ extension SharedFile {
     /// (docs/FORMAT.md "Recovery" relies on it for ends inside a chunk).
     func reserveLastChunkAndTrailerSeals(cipher: ChunkKeys) throws(SecureFileError) {
         do { try cipher.reserveSeals(2) } catch {
-            throw .ace(.internalError, "\(path): cannot derive a chunk key (\(error))")
+            throw .crypto(error, "\(path): cannot derive a chunk key")
         }
     }
 
