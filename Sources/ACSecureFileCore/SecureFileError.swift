@@ -78,6 +78,12 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
         return copy
     }
 
+    /// The same error naming `destination` where its message names `temporary`: an atomic
+    /// replacement's errors name the file the caller asked for, not the temporary beside it.
+    public func naming(_ destination: String, insteadOf temporary: String) -> SecureFileError {
+        withMessage(message.replacing(temporary, with: destination))
+    }
+
     public var description: String { message }
 
     /// The message with the code, errno, location and the chain of causes: for logs and bug reports.

@@ -161,7 +161,7 @@ enum SecureFileIO {
         // Errors name the file the caller asked for, not the temporary name it never chose.
         func naming(_ error: Error) -> Error {
             guard let e = error as? SecureFileError else { return error }
-            return e.withMessage(e.message.replacing(replacement.temporaryPath, with: path))
+            return e.naming(path, insteadOf: replacement.temporaryPath)
         }
         try replacement.run(replacing: replacing, write: { temporary in
             let file: SecureFile

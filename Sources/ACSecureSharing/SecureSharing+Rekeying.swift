@@ -72,7 +72,7 @@ public enum SecureSharing {
             }
         } catch {
             replacement.discard()
-            throw error.withMessage(error.message.replacing(replacement.temporaryPath, with: path))
+            throw error.naming(path, insteadOf: replacement.temporaryPath)
         }
         if case .failure(let f) = replacement.publish() { throw SecureFileError.posix(f.errno.rawValue, "\(f.destination): \(f.step)") }
     }

@@ -59,7 +59,7 @@ package enum WrappedFiles {
         let replacement = AtomicReplacement(destination: toPath)
         try replacement.run(write: { (temporary) throws(SecureFileError) in
             func naming(_ error: SecureFileError) -> SecureFileError {
-                error.withMessage(error.message.replacing(temporary, with: toPath))
+                error.naming(toPath, insteadOf: temporary)
             }
             let out: SecureFile
             do throws(SecureFileError) {
