@@ -448,7 +448,7 @@ public final class ACFileHandle: @unchecked Sendable {
         try withOpenFile {
             for region in data.regions {
                 try region.withUnsafeBytes { bytes throws in
-                    try SecureFileIO.writeAll(file, bytes, at: Int64(position))
+                    try file.pwriteFully(bytes, at: Int64(position))
                     position += UInt64(bytes.count)
                 }
             }

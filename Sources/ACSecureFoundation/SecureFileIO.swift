@@ -98,11 +98,6 @@ enum SecureFileIO {
 
     // MARK: writing
 
-    /// Writes all of `bytes` from `offset` on, finishing short writes.
-    static func writeAll(_ file: SecureFile, _ bytes: UnsafeRawBufferPointer, at offset: Int64 = 0) throws {
-        try file.pwriteFully(bytes, at: offset)
-    }
-
     /// Writes `data` as the whole content of the secure file at `path`.
     ///
     /// - Parameters:
@@ -121,7 +116,7 @@ enum SecureFileIO {
                 var flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
                 if withoutOverwriting { flags |= O_EXCL }
                 let file = try SecureFile.open(path, flags: flags, mode: 0o666, key: key)
-                do { try writeAll(file, buffer) } catch { throw closing(file, after: error) }
+                do { try file.pwriteFully(buffer, at: 0) } catch { throw closing(file, after: error) }
                 try file.close()
             }
         }
@@ -146,7 +141,7 @@ enum SecureFileIO {
             existingMode = st.st_mode & 0o7777
         }
         try publish(to: path, replacing: !withoutOverwriting, mode: existingMode, key: key) { file in
-            try writeAll(file, bytes)
+            try file.pwriteFully(bytes, at: 0)
         }
     }
 
