@@ -87,5 +87,15 @@ extension Sys {
     static func injectedFault(_ call: SystemCall, _ count: Int = 0, _ offset: Int64 = 0) -> SystemCallFault? {
         SystemCallDriver.current?.fault(call, count, offset)
     }
+
+    /// A transfer's injected fault: the error to return, or how many of `count` bytes to move (all
+    /// of them, or fewer for an injected short transfer — at least one, so the loop progresses).
+    static func injectedTransfer(_ call: SystemCall, _ count: Int, _ offset: Int64 = 0) -> Result<Int, Errno> {
+        switch injectedFault(call, count, offset) {
+        case .fail(let e)?: return .failure(Errno(e))
+        case .short(let n)?: return .success(min(count, max(n, 1)))
+        case nil: return .success(count)
+        }
+    }
 }
 #endif

@@ -60,10 +60,9 @@ package enum Sys {
             retryingOnInterrupt {
                 var want = remaining
                 #if ACSECURE_SYSCALL_MOCKING
-                switch injectedFault(.pread, want, offset + Int64(done)) {
-                case .fail(let e)?: return .failure(Errno(e))
-                case .short(let n)?: want = min(want, max(n, 1))
-                case nil: break
+                switch injectedTransfer(.pread, want, offset + Int64(done)) {
+                case .failure(let e): return .failure(e)
+                case .success(let n): want = n
                 }
                 if let b = installedBackend { return b.pread(fd, UnsafeMutableRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) }
                 #endif
@@ -78,10 +77,9 @@ package enum Sys {
             retryingOnInterrupt {
                 var want = remaining
                 #if ACSECURE_SYSCALL_MOCKING
-                switch injectedFault(.pwrite, want, offset + Int64(done)) {
-                case .fail(let e)?: return .failure(Errno(e))
-                case .short(let n)?: want = min(want, max(n, 1))
-                case nil: break
+                switch injectedTransfer(.pwrite, want, offset + Int64(done)) {
+                case .failure(let e): return .failure(e)
+                case .success(let n): want = n
                 }
                 if let b = installedBackend { return b.pwrite(fd, UnsafeRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) }
                 #endif
@@ -97,10 +95,9 @@ package enum Sys {
             retryingOnInterrupt {
                 var want = remaining
                 #if ACSECURE_SYSCALL_MOCKING
-                switch injectedFault(.read, want) {
-                case .fail(let e)?: return .failure(Errno(e))
-                case .short(let n)?: want = min(want, max(n, 1))
-                case nil: break
+                switch injectedTransfer(.read, want) {
+                case .failure(let e): return .failure(e)
+                case .success(let n): want = n
                 }
                 if let b = installedBackend { return b.read(fd, UnsafeMutableRawBufferPointer(start: buf + done, count: want)) }
                 #endif
@@ -115,10 +112,9 @@ package enum Sys {
             retryingOnInterrupt {
                 var want = remaining
                 #if ACSECURE_SYSCALL_MOCKING
-                switch injectedFault(.write, want) {
-                case .fail(let e)?: return .failure(Errno(e))
-                case .short(let n)?: want = min(want, max(n, 1))
-                case nil: break
+                switch injectedTransfer(.write, want) {
+                case .failure(let e): return .failure(e)
+                case .success(let n): want = n
                 }
                 if let b = installedBackend { return b.write(fd, UnsafeRawBufferPointer(start: buf + done, count: want)) }
                 #endif
