@@ -108,7 +108,7 @@ public final class SecureServices: Sendable {
         self.argonCost = argonCost
         self.protectedStoreRequested = requireProtectedStore
         self.protectedStoreImplied = Atomic(hasPasscode)
-        if !store.exists() {
+        if try !store.exists() {
             guard createStoreIfMissing else {
                 throw SecureServicesError(.noKeys, "no secure services store at \(self.storeDirectory) (no seed file); create one with "
                                           + "`acsecure init`, ACSecureServicesStart, or ACSECURE_CREATE_STORE=1")
@@ -120,20 +120,29 @@ public final class SecureServices: Sendable {
             do { seed = try SecureBytes(randomCount: SeedStore.seedSize) } catch {
                 throw .crypto(error, "\(self.storeDirectory): cannot make a seed")
             }
-            try store.save(seed: seed, passcode: passcode, cost: argonCost)
-            becomeAvailable(seed: seed)
-        } else {
-            let sealed = try store.load()
-            let required = requireProtectedStore || hasPasscode
-            if sealed.protection == .none && required { throw store.unprotectedSeedRefused() }
-            if sealed.protection == .none || passcode != nil {
-                becomeAvailable(seed: try store.openSeed(passcode: passcode, requireProtected: required))
+            // Published without replacing: when another process created the store meanwhile, its
+            // seed wins and is loaded below, so every starter ends up with the same keys.
+            if try store.save(seed: seed, passcode: passcode, cost: argonCost, replacing: false) {
+                becomeAvailable(seed: seed)
+                return
             }
+        }
+        let sealed = try store.load()
+        let required = requireProtectedStore || hasPasscode
+        if sealed.protection == .none && required { throw store.unprotectedSeedRefused() }
+        if sealed.protection == .none || passcode != nil {
+            becomeAvailable(seed: try store.openSeed(passcode: passcode, requireProtected: required))
         }
     }
 
     deinit {
         state.withLock { $0.disarmAutoLock() }
+    }
+
+    /// Whether a store (its seed file) exists in `storeDirectory`. Only a missing seed is `false`: a
+    /// seed that cannot be examined throws `.storeIO`, since it is not a missing store.
+    public static func storeExists(in storeDirectory: String) throws(SecureServicesError) -> Bool {
+        try SeedStore(directory: storeDirectory).exists()
     }
 
     public static func defaultStoreDirectory() -> String {

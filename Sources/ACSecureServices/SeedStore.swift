@@ -45,9 +45,15 @@ struct SeedStore {
     /// The most a seed file may hold (one is 38 or 98 bytes): the size of the guarded buffer it is read into.
     static let maximumFileSize = 4096
 
-    func exists() -> Bool {
-        if case .success = Sys.lstat(seedPath) { return true }
-        return false
+    /// Whether the seed file exists. Only `ENOENT` means no store: any other failure to examine it
+    /// (an I/O error, a permission) is an error, since creating a store over an unreadable one would
+    /// replace its seed and every file under it would be lost.
+    func exists() throws(SecureServicesError) -> Bool {
+        switch Sys.lstat(seedPath) {
+        case .success: return true
+        case .failure(let e) where e.rawValue == ENOENT: return false
+        case .failure(let e): throw SecureServicesError(.storeIO, "cannot examine \(seedPath): \(e.text)", errno: e.rawValue)
+        }
     }
 
     // MARK: reading
@@ -204,7 +210,12 @@ struct SeedStore {
     // MARK: writing
 
     /// Writes the seed, sealed under `passcode` (or unprotected), atomically: temp file, fsync, rename.
-    func save(seed: SecureBytes, passcode: SecureBytes?, cost: Argon2id.Cost) throws(SecureServicesError) {
+    /// - Parameter replacing: false for a new store: the seed is published with `link(2)`, which never
+    ///   replaces a seed another starter published meanwhile (two processes starting on a missing store).
+    /// - Returns: false when `replacing` is false and a seed already existed: nothing was changed.
+    @discardableResult
+    func save(seed: SecureBytes, passcode: SecureBytes?, cost: Argon2id.Cost,
+              replacing: Bool = true) throws(SecureServicesError) -> Bool {
         var out = Self.magic + [1]
         if let passcode, passcode.count > 0 {
             out.append(Protection.passcode.rawValue)
@@ -223,7 +234,7 @@ struct SeedStore {
         }
         defer { out.withUnsafeMutableBytes { secureZero($0) } }
         try makeDirectory()
-        try writeFileAtomically(seedPath, out)
+        return try writeFileAtomically(seedPath, out, replacing: replacing)
     }
 
     /// Creates the store directory (and its parents) for a new store. An existing directory must
@@ -317,21 +328,35 @@ func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(Secu
 /// `O_EXCL | O_NOFOLLOW`, so a planted file or link is never written through; fsync, rename, fsync
 /// of the directory). Every failure is reported, naming `path`; the temporary file is removed.
 /// - Parameter replacement: the temporary name to use (a test plants a link there).
-func writeFileAtomically(_ path: String, _ bytes: [UInt8],
-                         through replacement: AtomicReplacement? = nil) throws(SecureServicesError) {
+/// - Returns: false when `replacing` is false and `path` already existed (left as it was).
+@discardableResult
+func writeFileAtomically(_ path: String, _ bytes: [UInt8], replacing: Bool = true,
+                         through replacement: AtomicReplacement? = nil) throws(SecureServicesError) -> Bool {
     func failure(_ step: String, _ e: Errno) -> SecureServicesError {
         SecureServicesError(.storeIO, "cannot write \(path): \(step): \(e.text)", errno: e.rawValue)
     }
-    try (replacement ?? AtomicReplacement(destination: path)).run(write: { (temporary) throws(SecureServicesError) in
-        let fd: Int32
-        switch Sys.open(temporary, O_WRONLY | AtomicReplacement.exclusiveCreationFlags, 0o600) {
-        case .success(let f): fd = f
-        case .failure(let e):
-            throw SecureServicesError(.storeIO, "cannot create \(temporary) (to write \(path)): \(e.text)", errno: e.rawValue)
-        }
-        let written = bytes.withUnsafeBytes { Sys.writeFull(fd, $0.baseAddress!, $0.count) }
-        let closed = Sys.close(fd)
-        if case .failure(let e) = written { throw failure("write", e) }
-        if case .failure(let e) = closed { throw failure("close", e) }
-    }, failure: { failure($0.step, $0.errno) })
+    // Publishing without replacing: only its link(2) can fail with EEXIST (a failure to create the
+    // temporary file is the write closure's error, not a publishing failure).
+    var destinationExisted = false
+    do {
+        try (replacement ?? AtomicReplacement(destination: path)).run(replacing: replacing, write: { (temporary) throws(SecureServicesError) in
+            let fd: Int32
+            switch Sys.open(temporary, O_WRONLY | AtomicReplacement.exclusiveCreationFlags, 0o600) {
+            case .success(let f): fd = f
+            case .failure(let e):
+                throw SecureServicesError(.storeIO, "cannot create \(temporary) (to write \(path)): \(e.text)", errno: e.rawValue)
+            }
+            let written = bytes.withUnsafeBytes { Sys.writeFull(fd, $0.baseAddress!, $0.count) }
+            let closed = Sys.close(fd)
+            if case .failure(let e) = written { throw failure("write", e) }
+            if case .failure(let e) = closed { throw failure("close", e) }
+        }, failure: { f in
+            destinationExisted = !replacing && f.errno.rawValue == EEXIST
+            return failure(f.step, f.errno)
+        })
+    } catch {
+        if destinationExisted { return false }
+        throw error
+    }
+    return true
 }

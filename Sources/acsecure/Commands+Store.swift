@@ -21,7 +21,7 @@ struct Init: ParsableCommand {
 
     func run() throws {
         let dir = global.storeDirectory
-        guard !global.storeExists else {
+        guard try !global.storeExists() else {
             throw CLIError(.usage, "a store already exists at \(dir) (use `acsecure passwd` to change its passcode)")
         }
         var passcode: SecureBytes?
@@ -61,7 +61,7 @@ struct Status: ParsableCommand {
     func run() throws {
         print("store:    \(global.storeDirectory)")
         print("app ID:   \(global.appID)")
-        guard global.storeExists else {
+        guard try global.storeExists() else {
             print("state:    no store (run `acsecure init`)")
             throw CLIError(.noKeys, "no store at \(global.storeDirectory) (\(ACErrorCode.noKeys.name))")
         }

@@ -30,12 +30,13 @@ struct GlobalOptions: ParsableArguments {
 
     var storeDirectory: String { storeOption ?? SecureServices.defaultStoreDirectory() }
 
-    /// Where the seed lives (SeedStore's layout: `<store>/seed`).
-    var seedPath: String { storeDirectory + "/seed" }
-
-    var storeExists: Bool {
-        if case .success = Sys.lstat(seedPath) { return true }
-        return false
+    /// Whether the store has a seed; one that cannot be examined is an unreadable store (exit 3), not "no store".
+    func storeExists() throws(CLIError) -> Bool {
+        do {
+            return try SecureServices.storeExists(in: storeDirectory)
+        } catch {
+            throw CLIError(error, store: storeDirectory)
+        }
     }
 
     func validate() throws {
@@ -55,7 +56,7 @@ struct GlobalOptions: ParsableArguments {
     /// - Parameter passcodeChange: `passwd` may remove the passcode, so it does not require the store
     ///   to stay protected; every other command does when `ACSECURE_PASSCODE` is set.
     func openServicesLocked(passcodeChange: Bool = false) throws(CLIError) -> SecureServices {
-        guard storeExists else {
+        guard try storeExists() else {
             throw CLIError(.noKeys, "no store at \(storeDirectory) (run `acsecure init`, or pass --store / set ACSECURE_HOME) (\(ACErrorCode.noKeys.name))")
         }
         do {

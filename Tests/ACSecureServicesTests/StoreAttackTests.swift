@@ -134,6 +134,62 @@ final class StoreAttackTests: SecureServicesTestCase {
         XCTAssertNil(fileMode(storeDirectory), "no store was created")
     }
 
+    // MARK: creating a store never replaces one
+
+    /// Several processes (here threads) starting at once on a missing store: each sees no seed and
+    /// creates one. Publishing by rename let the last one replace the seed the others were already
+    /// using, so files they wrote became undecryptable. Creation must publish without replacing and
+    /// take the store that won: every starter ends up with the same keys.
+    func testConcurrentCreationsAgreeOnOneSeed() throws {
+        for round in 0..<4 {
+            let directory = root + "/race\(round)"
+            let keys = Recorder<[UInt8]>()
+            let failures = Recorder<String>()
+            DispatchQueue.concurrentPerform(iterations: 6) { _ in
+                do {
+                    let services = try SecureServices(appID: "com.example.app", storeDirectory: directory, argonCost: .minimum)
+                    keys.append(try services.derivedAppKey(identifier: "k").bytes)
+                } catch {
+                    failures.append("\(error)")
+                }
+            }
+            XCTAssertEqual(failures.values, [], "round \(round)")
+            let stored = try makeServices(directory: directory).derivedAppKey(identifier: "k").bytes
+            XCTAssertEqual(Set(keys.values).count, 1, "round \(round): starters used different seeds")
+            XCTAssertEqual(keys.values.first, stored, "round \(round): a starter's seed was replaced")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0 != "seed" }
+            XCTAssertEqual(leftovers, [], "round \(round): temporary seed files left behind")
+        }
+    }
+
+    /// A seed whose existence cannot be checked (an I/O error, not ENOENT) is not a missing store:
+    /// starting fails with .storeIO naming the seed, and never creates a new store over it.
+    func testUncheckableSeedIsAnErrorNotAMissingStore() throws {
+        let expected = try makeServices().derivedAppKey(identifier: "k").bytes
+        let seed = try XCTUnwrap(readBytes(seedPath))
+        // Only the first examination fails (the seed's): later ones, e.g. of the directory, succeed.
+        let stats = LockedValue(0)
+        let driver = SystemCallDriver { call, _, _ in
+            guard call == .stat else { return nil }
+            return stats.withLock { n in n += 1; return n == 1 } ? .fail(EIO) : nil
+        }
+        do {
+            _ = try SystemCallDriver.with(driver) { () throws(SecureServicesError) in try makeServicesTyped() }
+            XCTFail("a store whose seed cannot be examined started")
+        } catch {
+            let e = error
+            XCTAssertEqual(e.code, .storeIO, e.message)
+            XCTAssertEqual(e.errno, EIO, e.message)
+            XCTAssertTrue(e.message.contains(seedPath), e.message)
+        }
+        XCTAssertEqual(readBytes(seedPath), seed, "the seed was rewritten")
+        XCTAssertEqual(try makeServices().derivedAppKey(identifier: "k").bytes, expected)
+    }
+
+    private func makeServicesTyped() throws(SecureServicesError) -> SecureServices {
+        try SecureServices(appID: "com.example.app", storeDirectory: storeDirectory, argonCost: .minimum)
+    }
+
     // MARK: finding 7: store hardening
 
     /// A store directory that group or others can write lets anyone plant a seed: refused.
