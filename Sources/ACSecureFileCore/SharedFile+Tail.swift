@@ -58,7 +58,7 @@ extension SharedFile {
     /// Changes need an authenticated end: building on a cut file would seal the cut into a file
     /// that then verifies.
     func requireAuthenticatedEnd() throws(SecureFileError) {
-        guard header != nil else { return }
+        guard hasHeader else { return }
         try verifyTrailerIfNeeded()
     }
 

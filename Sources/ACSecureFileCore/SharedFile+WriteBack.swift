@@ -28,7 +28,7 @@ extension SharedFile {
 
     /// The plaintext of chunk `index` of the run (valid for the run's chunks and the one after).
     func runSlot(_ index: Int64) -> UnsafeMutableRawPointer {
-        run!.withUnsafeMutableBytes { $0.baseAddress! } + Int(index - runFirst) << Int(layout.chunkShift)
+        runBase! + Int(index - runFirst) << Int(layout.chunkShift)
     }
 
     /// pwrite semantics for a write-back handle: the bytes go into the run, except that a call of at

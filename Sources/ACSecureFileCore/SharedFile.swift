@@ -38,8 +38,13 @@ final class SharedFile: @unchecked Sendable {
 
     /// nil for an empty (0-byte) file that has no header yet.
     var header: FileHeader? {
-        didSet { if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) } }
+        didSet {
+            hasHeader = header != nil
+            if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) }
+        }
     }
+    /// `header != nil`, for the checks every call makes (reading `header` copies it).
+    private(set) var hasHeader = false
     /// The file ID as raw memory, for the per-chunk AAD.
     let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
     var layout: FileLayout
@@ -79,7 +84,11 @@ final class SharedFile: @unchecked Sendable {
     var cache: SecureBuffer
     // The write-back run: chunks `runFirst...` written by write-back handles, not yet on disk.
     /// Guarded plaintext, allocated at the first write-back write (`writeBackRunBytes`).
-    var run: SecureBuffer?
+    var run: SecureBuffer? {
+        didSet { runBase = run?.withUnsafeMutableBytes { $0.baseAddress } }
+    }
+    /// The run's memory, kept so a small write does not retain the buffer to reach it.
+    private(set) var runBase: UnsafeMutableRawPointer?
     /// The run's first chunk, -1 when it holds nothing.
     var runFirst: Int64 = -1
     /// Plaintext bytes of the run from the start of `runFirst`; the buffer is zero beyond them.
@@ -154,7 +163,7 @@ final class SharedFile: @unchecked Sendable {
         let generation = services.keyGeneration
         guard generation != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
         services.noteActivity()
-        if generation == keyGeneration, cipher != nil || header == nil { return }
+        if generation == keyGeneration, !hasHeader || cipher != nil { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
@@ -206,7 +215,7 @@ final class SharedFile: @unchecked Sendable {
 
     /// Writes a header and an empty trailer into a 0-byte file.
     func initializeIfNeeded() throws(SecureFileError) {
-        guard header == nil else { return }
+        guard !hasHeader else { return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
         let dataKey: SecureBytes
