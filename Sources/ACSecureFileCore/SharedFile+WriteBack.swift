@@ -12,8 +12,10 @@ import ACCrypto
 /// Reads are served from it. So small appends cost one seal per chunk and two `pwrite`s per run,
 /// not two `pwrite`s per chunk.
 extension SharedFile {
-    /// The most plaintext the run holds: whole chunks, at least one.
-    static let writeBackRunBytes = 64 << 10
+    /// The most plaintext the run holds: whole chunks, at least one. Each run written costs about
+    /// 9 µs beyond its chunks (two `pwrite`s, the trailer, a nonce draw): 128 KiB makes that
+    /// 0.03 µs per 512-byte write, and is what every write-back file keeps in guarded memory.
+    static let writeBackRunBytes = 128 << 10
 
     /// How many chunks the run may hold.
     var runCapacity: Int { max(1, Self.writeBackRunBytes >> Int(layout.chunkShift)) }

@@ -23,14 +23,14 @@ final class WriteBackRunTests: XCTestCase {
 
     func expected(_ count: Int, size: Int) -> [UInt8] { (0..<count).flatMap { record($0, size: size) } }
 
-    /// 512-byte appends stay in memory until a write goes past a full run (16 chunks of 4 KiB),
+    /// 512-byte appends stay in memory until a write goes past a full run (32 chunks of 4 KiB),
     /// which writes the run as one span; reads and fstat see the buffered bytes meanwhile.
     func testAppendsCollectInOneRunUntilAWriteGoesPastItsBound() throws {
         let env = try TestEnvironment()
         let path = env.path("run")
         let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services, buffering: .writeBack)
         let perRun = SharedFile.writeBackRunBytes / 512
-        XCTAssertEqual(SharedFile.writeBackRunBytes, 16 * 4096)
+        XCTAssertEqual(SharedFile.writeBackRunBytes, 32 * 4096)
         try appendRecords(f, 0..<perRun, size: 512)
         XCTAssertEqual(fileSize(path), physical(0), "a full run is still in memory")
         XCTAssertEqual(try f.size, Int64(perRun * 512))
