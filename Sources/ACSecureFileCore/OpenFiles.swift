@@ -229,8 +229,8 @@ enum OpenFiles {
         let files = table.withLock { Array($0.values) }
         for f in files {
             f.lock.withLock {
-                guard f.cacheDirty else { return }
-                do throws(SecureFileError) { try f.flushCache() } catch {
+                guard f.runFirst >= 0 else { return }
+                do throws(SecureFileError) { try f.flushRun() } catch {
                     let message = "ACSecureFile: \(f.path): buffered writes lost at exit: \(error.message)\n"
                     _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
                 }

@@ -230,14 +230,14 @@ public final class SecureFile: @unchecked Sendable {
     /// Writes buffered data (write-back handles) to the file, like `fflush`: after it, a fresh open
     /// anywhere reads it. Nothing is forced to the device (see `sync()`).
     public func flush() throws(SecureFileError) {
-        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.flushCache() }
+        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.flushRun() }
     }
 
     /// `fsync(2)`: writes buffered data, then forces the file's data and metadata to the device, so
     /// everything written before survives a power loss.
     public func sync() throws(SecureFileError) {
         try locked(.none) { (s: SharedFile) throws(SecureFileError) in
-            try s.flushCache()
+            try s.flushRun()
             try s.checkIO(Sys.fsync(s.ioFD), "fsync")
         }
     }
@@ -246,7 +246,7 @@ public final class SecureFile: @unchecked Sendable {
     /// (the file's length is such metadata, so growth is still made durable).
     public func datasync() throws(SecureFileError) {
         try locked(.none) { (s: SharedFile) throws(SecureFileError) in
-            try s.flushCache()
+            try s.flushRun()
             try s.checkIO(Sys.fdatasync(s.ioFD), "fdatasync")
         }
     }
@@ -265,9 +265,9 @@ public final class SecureFile: @unchecked Sendable {
             seenErrorGeneration = shared.deferredErrorGeneration
             flushError = deferred
         }
-        if shared.cacheDirty {
-            // Flushing needs the key; while locked the cache was already flushed and wiped.
-            do { try shared.flushCache() } catch { flushError = flushError ?? error }
+        if shared.runFirst >= 0 {
+            // Flushing needs the key; while locked the run was already flushed and wiped.
+            do { try shared.flushRun() } catch { flushError = flushError ?? error }
         }
         shared.lock.unlock()
         OpenFiles.release(shared)

@@ -58,11 +58,13 @@ extension SharedFile {
     /// Ends a coordinated operation: the change is written through, then the lock released.
     func finishCoordinated() throws(SecureFileError) {
         defer { endCoordinated() }
-        try flushCache()
+        try flushRun()
     }
 
+    /// Releases the lock. Writes of a failed operation still in the write-back run are dropped
+    /// (that operation reported the error): another process may change the file from now on.
     func endCoordinated() {
-        if cacheDirty { dropCache() }
+        if runFirst >= 0 { dropRun(); size = diskSize }
         _ = Sys.lockFile(ioFD, Int16(F_UNLCK))
     }
 

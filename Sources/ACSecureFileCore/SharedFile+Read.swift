@@ -2,9 +2,9 @@
 import Glibc
 #endif
 
-/// The read path: pread semantics on the logical file, from the chunk cache, straight from disk
-/// for whole chunks (decrypted into the caller's buffer, a batch per system call), or through the
-/// cache for partial chunks.
+/// The read path: pread semantics on the logical file, from the write-back run, from the chunk
+/// cache, straight from disk for whole chunks (decrypted into the caller's buffer, a batch per
+/// system call), or through the cache for partial chunks.
 extension SharedFile {
     /// pread semantics on the logical file.
     func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int {
@@ -21,6 +21,11 @@ extension SharedFile {
             let inChunk = Int(pos - index << Int64(layout.chunkShift))
             let m = Int(min(Int64(chunkSize - inChunk), end - pos))
             let dst = buffer + Int(pos - offset)
+            if runHolds(index) {
+                dst.copyMemory(from: runSlot(index) + inChunk, byteCount: m)
+                pos += Int64(m)
+                continue
+            }
             if index == cacheIndex {
                 dst.copyMemory(from: cacheBase + inChunk, byteCount: m)
                 pos += Int64(m)
@@ -41,7 +46,7 @@ extension SharedFile {
                 while run < maxRun {
                     let next = index + Int64(run)
                     let nextPos = pos + Int64(run) << Int64(layout.chunkShift)
-                    guard next < onDisk, next != cacheIndex,
+                    guard next < onDisk, next != cacheIndex, !runHolds(next),
                           nextPos + Int64(layout.chunkLength(next, size: diskSize)) <= end else { break }
                     run += 1
                 }
@@ -66,17 +71,15 @@ extension SharedFile {
         return Int(pos - offset)
     }
 
-    /// Makes chunk `index` the cached chunk (flushing a dirty one first).
+    /// Makes chunk `index` (on disk) the cached chunk.
     func loadCache(_ index: Int64) throws(SecureFileError) {
         if index == cacheIndex { return }
-        if cacheDirty { try flushCache() }
+        precondition(index < diskChunks, "the read cache holds chunks as they are on disk")
         cacheIndex = -1
         cache.wipe()
         cacheLength = 0
-        if index < diskChunks {
-            try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
-            cacheLength = layout.chunkLength(index, size: diskSize)
-        }
+        try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
+        cacheLength = layout.chunkLength(index, size: diskSize)
         cacheIndex = index
     }
 }

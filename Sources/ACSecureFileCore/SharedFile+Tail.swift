@@ -36,8 +36,8 @@ extension SharedFile {
         }
         if let (validEnd, validSize) = try findLastValidEnd(physical: physical) {
             diskSize = validSize
-            size = max(validSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
-            if cacheIndex >= diskChunks && !cacheDirty { cacheIndex = -1 }
+            size = max(validSize, runEnd)
+            if cacheIndex >= diskChunks { dropCache() }
             pendingTailRepair = validEnd < physical ? validEnd : nil
             bytesAfterAuthenticatedEnd = physical - validEnd
             tailVerified = true
@@ -58,7 +58,7 @@ extension SharedFile {
     /// Changes need an authenticated end: building on a cut file would seal the cut into a file
     /// that then verifies.
     func requireAuthenticatedEnd() throws(SecureFileError) {
-        guard header != nil else { return }
+        guard hasHeader else { return }
         try verifyTrailerIfNeeded()
     }
 
@@ -186,7 +186,7 @@ extension SharedFile {
         if case .success(let st) = Sys.fstat(ioFD) {
             diskSize = layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) ?? diskSize
         }
-        size = max(diskSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
+        size = max(diskSize, runEnd)
         do { try verifyTrailerIfNeeded() } catch {
             // Already recorded in tailFailure (or an I/O error): the next change reports it.
         }

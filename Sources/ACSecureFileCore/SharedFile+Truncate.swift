@@ -15,13 +15,15 @@ extension SharedFile {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
             // whose end does not authenticate may be emptied too: nothing authentic is lost.
+            // Buffered writes are cut with the rest.
+            dropRun()
             dropCache()
             try startNewGeneration()
             return
         }
         try initializeIfNeeded()
         try requireAuthenticatedEnd()
-        try flushCache()
+        try flushRun()
         try repairTornTailIfNeeded()
         dropCache()
         let shift = Int64(layout.chunkShift)

@@ -7,8 +7,8 @@ import ACSystemCalls
 /// The write path. A write-through call (the default) is one *span*: every chunk it changes,
 /// including the padding of a short last chunk and the encrypted zeros of a hole, sealed in order
 /// and written as one run, so the disk changes length once per call (once per 1 MiB batch for
-/// larger calls). Write-back handles collect small writes in the one-chunk cache and write it as
-/// a span when they move on, flush, sync or close.
+/// larger calls). Write-back handles collect small writes in the write-back run and write it as
+/// one span (`SharedFile+WriteBack.swift`).
 ///
 /// Order on disk (what makes an interrupted change recoverable, see `SharedFile+Tail.swift`):
 /// a run that moves the end writes everything beyond the old end first, ending with the new
@@ -19,47 +19,8 @@ extension SharedFile {
     func write(from buffer: UnsafeRawPointer, count: Int, at offset: Int64, writeBack: Bool) throws(SecureFileError) -> Int {
         try initializeIfNeeded()
         try requireAuthenticatedEnd()
-        guard writeBack else {
-            if cacheDirty { try flushCache() }
-            return try writeSpan(buffer, count: count, at: offset)
-        }
-        let end = offset + Int64(count)
-        var pos = offset
-        let shift = Int64(layout.chunkShift)
-        while pos < end {
-            if pos > offset && stopRequested { break }
-            let index = pos >> shift
-            let inChunk = Int(pos - index << shift)
-            let m = Int(min(Int64(chunkSize - inChunk), end - pos))
-            if inChunk == 0 && m == chunkSize && index != cacheIndex {
-                // Whole chunks: encrypted straight from the caller's buffer, up to the cached chunk.
-                var run = 1
-                while Int64(run) < (end - pos) >> shift, index + Int64(run) != cacheIndex { run += 1 }
-                if cacheDirty, cacheIndex < index, cacheIndex >= diskChunks - 1 { try flushCache() }
-                let n = try writeSpan(buffer + Int(pos - offset), count: run << Int(shift), at: pos)
-                pos += Int64(n)
-                if n < run << Int(shift) { break }
-            } else {
-                try loadCache(index)
-                (cacheBase + inChunk).copyMemory(from: buffer + Int(pos - offset), byteCount: m)
-                cacheDirty = true
-                cacheLength = max(cacheLength, inChunk + m)
-                pos += Int64(m)
-            }
-            size = max(size, pos)
-        }
-        return Int(pos - offset)
-    }
-
-    /// Writes the cached chunk to disk if it is dirty.
-    func flushCache() throws(SecureFileError) {
-        guard cacheDirty else { return }
-        try requireAuthenticatedEnd()
-        let index = cacheIndex
-        let length = cacheLength
-        let n = try writeSpan(UnsafeRawPointer(cacheBase), count: length, at: index << Int64(layout.chunkShift), sourceIsCache: true)
-        guard n == length else { throw .ace(.noKeys, "\(path): secure services locked while writing") }
-        cacheDirty = false
+        guard writeBack else { return try writeSpan(buffer, count: count, at: offset) }
+        return try writeBuffered(buffer, count: count, at: offset)
     }
 
     /// Writes `count` bytes (zeros when `buffer` is nil) at `offset` as one span and returns how many
@@ -71,35 +32,38 @@ extension SharedFile {
     /// over the old end is the run's last chunk, which the end check authenticates: an interrupted
     /// run is always recognised and recovered (the file then ends at the old end, or at that
     /// chunk's end, with the call's first bytes written: a short write).
+    ///
+    /// Any other span writes the write-back run out first. The run's own span (`flushingRun`) is
+    /// not stopped between its two runs by a services lock: the lock flushes it (a hole before it
+    /// may still stop at a batch boundary).
     @discardableResult
-    func writeSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, sourceIsCache: Bool = false) throws(SecureFileError) -> Int {
+    func writeSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, flushingRun: Bool = false) throws(SecureFileError) -> Int {
         guard count > 0 else { return 0 }
-        if cacheDirty && !sourceIsCache { try flushCache() }
+        if runFirst >= 0 && !flushingRun { try flushRun() }
         let shift = Int64(layout.chunkShift)
         let end = offset + Int64(count)
         let boundary = ((diskSize + Int64(chunkSize) - 1) >> shift) << shift
         guard diskSize & Int64(chunkSize - 1) != 0, end > boundary else {
-            return try writeRunSpan(buffer, count: count, at: offset, sourceIsCache: sourceIsCache)
+            return try writeRunSpan(buffer, count: count, at: offset)
         }
         var first: Int
         if offset < boundary {
-            first = try writeRunSpan(buffer, count: Int(boundary - offset), at: offset, sourceIsCache: sourceIsCache)
+            first = try writeRunSpan(buffer, count: Int(boundary - offset), at: offset)
             guard first == Int(boundary - offset) else { return first }
         } else {
             // Only padding: the first run completes the short last chunk with zeros.
-            guard try writeRunSpan(nil, count: Int(boundary - diskSize), at: diskSize, sourceIsCache: sourceIsCache) > 0 else {
+            guard try writeRunSpan(nil, count: Int(boundary - diskSize), at: diskSize) > 0 else {
                 throw .ace(.noKeys, "\(path): secure services locked before the write")
             }
             first = 0
         }
-        if stopRequested { return first }
+        if stopRequested && !flushingRun { return first }
         let restFrom = max(offset, boundary)
-        let rest = try writeRunSpan(buffer.map { $0 + Int(restFrom - offset) }, count: Int(end - restFrom), at: restFrom,
-                                    sourceIsCache: sourceIsCache)
+        let rest = try writeRunSpan(buffer.map { $0 + Int(restFrom - offset) }, count: Int(end - restFrom), at: restFrom)
         return first + rest
     }
 
-    private func writeRunSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, sourceIsCache: Bool) throws(SecureFileError) -> Int {
+    private func writeRunSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64) throws(SecureFileError) -> Int {
         let shift = Int64(layout.chunkShift)
         let end = offset + Int64(count)
         let newSize = max(diskSize, end)
@@ -126,14 +90,13 @@ extension SharedFile {
         let single = runFirst == lastIndex
         let firstNeedsOld = runFirst < onDisk && !covered(runFirst)
         let lastNeedsOld = !single && lastIndex < onDisk && !covered(lastIndex)
-        let firstTarget = single && !sourceIsCache ? cache : work
-        precondition(!sourceIsCache || !lastNeedsOld && (single || covered(lastIndex)),
-                     "a flushed cache chunk is written whole")
+        let firstTarget = single ? cache : work
         if firstNeedsOld { try readChunk(runFirst, into: firstTarget) }
         if lastNeedsOld { try readChunk(lastIndex, into: cache) }
         // From here the cache buffer composes chunks (or its chunk is rewritten): it is re-labelled
         // after the run with the chunk it then holds, if any.
-        if !sourceIsCache { cacheIndex = -1; cacheLength = 0 }
+        cacheIndex = -1
+        cacheLength = 0
         var cacheHolds: Int64 = -1
         let zeros = ZeroChunk.pointer
         let firstBase = firstTarget.withUnsafeMutableBytes { $0.baseAddress! }
@@ -160,7 +123,7 @@ extension SharedFile {
             done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1),
                                 length: { self.layout.chunkLength($0, size: newSize) }, source: source)
         } catch {
-            if !sourceIsCache { dropCache() }
+            dropCache()
             work.wipe()
             throw error
         }
@@ -171,7 +134,6 @@ extension SharedFile {
                 // The cache holds the chunk's final plaintext: sequential appends read nothing back.
                 cacheIndex = lastIndex
                 cacheLength = layout.chunkLength(lastIndex, size: diskSize)
-                cacheDirty = false
             } else {
                 dropCache()
             }

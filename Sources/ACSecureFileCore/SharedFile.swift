@@ -16,10 +16,12 @@ import ACSystemCalls
 /// - After every system call the engine makes, the disk holds a file that opens: a prefix of
 ///   complete chunks ending in a trailer that authenticates its length, possibly followed by bytes
 ///   of an interrupted extension (see `SharedFile+Tail.swift` for how they are recovered).
-/// - At most one chunk is cached (`cacheIndex`); its buffer is zero beyond `cacheLength`. It is
-///   dirty only for handles opened with write-back buffering: a write-through call flushes it
-///   before it returns.
-/// - `size == diskSize` unless the cache is dirty, in which case `size` may reach into the cached chunk.
+/// - At most one chunk is cached (`cacheIndex`), always as it is on disk; its buffer is zero beyond
+///   `cacheLength`.
+/// - Writes of write-back handles that are not on disk yet are in the write-back run
+///   (`SharedFile+WriteBack.swift`): at most `writeBackRunBytes` of contiguous chunks. A
+///   write-through call writes it out before it changes the file.
+/// - `size == diskSize` unless the run holds writes, in which case `size == max(diskSize, runEnd)`.
 final class SharedFile: @unchecked Sendable {
     struct Identity: Hashable { var device: UInt64; var inode: UInt64 }
 
@@ -36,8 +38,13 @@ final class SharedFile: @unchecked Sendable {
 
     /// nil for an empty (0-byte) file that has no header yet.
     var header: FileHeader? {
-        didSet { if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) } }
+        didSet {
+            hasHeader = header != nil
+            if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) }
+        }
     }
+    /// `header != nil`, for the checks every call makes (reading `header` copies it).
+    private(set) var hasHeader = false
     /// The file ID as raw memory, for the per-chunk AAD.
     let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
     var layout: FileLayout
@@ -71,11 +78,21 @@ final class SharedFile: @unchecked Sendable {
     var deferredError: SecureFileError?
     var deferredErrorGeneration: UInt64 = 0
 
-    // The one-chunk cache: a write-back cache for small writes, a read cache for partial reads.
+    // The one-chunk read cache (clean: it holds a chunk as it is on disk).
     var cacheIndex: Int64 = -1
     var cacheLength = 0
-    var cacheDirty = false
     var cache: SecureBuffer
+    // The write-back run: chunks `runFirst...` written by write-back handles, not yet on disk.
+    /// Guarded plaintext, allocated at the first write-back write (`writeBackRunBytes`).
+    var run: SecureBuffer? {
+        didSet { runBase = run?.withUnsafeMutableBytes { $0.baseAddress } }
+    }
+    /// The run's memory, kept so a small write does not retain the buffer to reach it.
+    private(set) var runBase: UnsafeMutableRawPointer?
+    /// The run's first chunk, -1 when it holds nothing.
+    var runFirst: Int64 = -1
+    /// Plaintext bytes of the run from the start of `runFirst`; the buffer is zero beyond them.
+    var runLength = 0
     /// A second chunk buffer for read-modify-write of a chunk that is not the cached one.
     var work: SecureBuffer
 
@@ -122,6 +139,8 @@ final class SharedFile: @unchecked Sendable {
     /// Adopts the chunk size of the file's header (the buffers were made for the default).
     func setLayout(_ newLayout: FileLayout) throws(SecureFileError) {
         guard newLayout.chunkSize != layout.chunkSize else { layout = newLayout; return }
+        precondition(runFirst < 0, "the write-back run is written before the file changes")
+        run = nil  // allocated again for the new chunk size when needed
         do throws(CryptoError) {
             let newCache = try SecureBuffer(count: newLayout.chunkSize)
             let newWork = try SecureBuffer(count: newLayout.chunkSize)
@@ -144,7 +163,7 @@ final class SharedFile: @unchecked Sendable {
         let generation = services.keyGeneration
         guard generation != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
         services.noteActivity()
-        if generation == keyGeneration, cipher != nil || header == nil { return }
+        if generation == keyGeneration, !hasHeader || cipher != nil { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
@@ -163,13 +182,14 @@ final class SharedFile: @unchecked Sendable {
     /// Services are locking: a long operation stops at its next batch boundary.
     @inline(__always) var stopRequested: Bool { services.keyGeneration != keyGeneration }
 
-    /// Drops keys and plaintext: called when services lock. A dirty write-back chunk is written
-    /// first with the key still held; if that fails, the error is kept for every handle's next
-    /// call and close (the plaintext is wiped all the same: nothing secret outlives the lock).
+    /// Drops keys and plaintext: called when services lock. The write-back run is written first
+    /// with the key still held; if that fails, the error is kept for every handle's next call and
+    /// close (the plaintext is wiped all the same: nothing secret outlives the lock).
     func wipeSecrets() {
-        if cacheDirty {
-            do { try flushCache() } catch { deferError(error, "buffered data could not be written when secure services locked") }
+        if runFirst >= 0 {
+            do { try flushRun() } catch { deferError(error, "buffered data could not be written when secure services locked") }
         }
+        dropRun()
         dropCache()
         work.wipe()
         cipher = nil
@@ -179,7 +199,6 @@ final class SharedFile: @unchecked Sendable {
 
     /// Forgets the cached chunk (its plaintext is wiped).
     func dropCache() {
-        cacheDirty = false
         cacheIndex = -1
         cacheLength = 0
         cache.wipe()
@@ -189,13 +208,14 @@ final class SharedFile: @unchecked Sendable {
     func deferError(_ error: SecureFileError, _ context: String) {
         deferredError = SecureFileError(code: error.code, errno: error.errno, message: "\(error.message) (\(context))")
         deferredErrorGeneration &+= 1
-        // The lost chunk no longer matches the disk: what the disk holds is the truth now.
+        // The lost writes are gone: what the disk holds is the truth now.
+        dropRun()
         size = diskSize
     }
 
     /// Writes a header and an empty trailer into a 0-byte file.
     func initializeIfNeeded() throws(SecureFileError) {
-        guard header == nil else { return }
+        guard !hasHeader else { return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
         let dataKey: SecureBytes

@@ -49,7 +49,11 @@ if args.count == 5, args[1] == "writeback-exit" {
         let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
         let file = try SecureFile.open(args[3], flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services, buffering: .writeBack)
         let n = Int(args[4]) ?? 0
-        _ = try (0..<n).map { pattern(1, $0) }.withUnsafeBytes { try file.write($0) }
+        // 100-byte records, as a logger writes: the last run holds several chunks at exit.
+        let bytes = (0..<n).map { pattern(1, $0) }
+        for start in stride(from: 0, to: n, by: 100) {
+            _ = try bytes[start..<min(n, start + 100)].withUnsafeBytes { try file.write($0) }
+        }
         emit("W")
         exit(0)
     } catch {

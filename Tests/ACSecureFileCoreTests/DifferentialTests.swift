@@ -52,7 +52,10 @@ final class DifferentialTests: XCTestCase {
     }
 
     /// Paranoid mode: after every step, flush everything and read the disk through independent state.
-    func runSequence(seed: UInt64, operations: Int, env: TestEnvironment, paranoid: SecureServices? = nil) throws {
+    /// `writeBack`: three handles in four are opened with write-back buffering (the others write
+    /// through), so buffered runs meet reads, writes and truncations of both kinds of handle.
+    func runSequence(seed: UInt64, operations: Int, env: TestEnvironment, paranoid: SecureServices? = nil,
+                     writeBack: Bool = false) throws {
         var rng = SplitMix64(seed: seed)
         let plainPath = env.path("plain-\(seed)")
         let securePath = env.path("secure-\(seed)")
@@ -70,8 +73,9 @@ final class DifferentialTests: XCTestCase {
         }
         func openPair(_ flags: Int32) {
             let p = open(plainPath, flags, 0o644)
+            let buffering: SecureFile.Buffering = writeBack && Int.random(in: 0..<4, using: &rng) != 0 ? .writeBack : .environmentDefault
             let s = secureResult { () throws -> Int64 in
-                let f = try SecureFile.open(securePath, flags: flags, mode: 0o644, services: env.services)
+                let f = try SecureFile.open(securePath, flags: flags, mode: 0o644, services: env.services, buffering: buffering)
                 pairs.append(Pair(plain: p, secure: f, flags: flags))
                 return 0
             }
@@ -228,6 +232,32 @@ final class DifferentialTests: XCTestCase {
         let independent = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
         for s in 0..<UInt64(60) {
             try runSequence(seed: 5_000 + s, operations: 80, env: env, paranoid: independent)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+    }
+
+    /// The same sequences with write-back handles: identical results and bytes, before and after
+    /// close and reopen.
+    func testRandomSequencesMatchPOSIXWithWriteBack() throws {
+        let env = try TestEnvironment()
+        let sequences = Int(ProcessInfoless.env("ACSECURE_DIFF_SEQUENCES") ?? "") ?? 800
+        let base = UInt64(ProcessInfoless.env("ACSECURE_DIFF_SEED") ?? "") ?? 1
+        for s in 0..<UInt64(sequences) {
+            try runSequence(seed: 2_000_000 + base + s, operations: 80, env: env, writeBack: true)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+        for s in 0..<UInt64(10) {
+            try runSequence(seed: 3_000_000 + s, operations: 800, env: env, writeBack: true)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+    }
+
+    /// Write-back: after every step, sync every handle and read the disk through independent state.
+    func testDiskStateAfterEveryStepWithWriteBack() throws {
+        let env = try TestEnvironment()
+        let independent = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        for s in 0..<UInt64(40) {
+            try runSequence(seed: 4_000_000 + s, operations: 80, env: env, paranoid: independent, writeBack: true)
             if testRun?.failureCount ?? 0 > 0 { break }
         }
     }

@@ -143,14 +143,17 @@ final class WriteShapeCrashTests: XCTestCase {
         XCTAssertGreaterThan(tears, 20)
     }
 
-    /// Write-back buffering keeps data in memory until flush; a normal exit() writes it.
+    /// Write-back buffering keeps data in memory until flush; a normal exit() writes it: a run of
+    /// a few chunks (10,000 bytes), and runs written along the way then a last partial one (150,000).
     func testWriteBackDataIsWrittenAtExit() throws {
         let env = try TestEnvironment()
-        let path = env.path("writeback")
-        let r = try runChild(["writeback-exit", env.directory + "/store", path, "10000"])
-        XCTAssertEqual(r.lines, ["W"])
-        let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-        XCTAssertEqual(try f.readAll(), (0..<10000).map { crashPattern(1, $0) })
-        try f.close()
+        for count in [10_000, 150_000] {
+            let path = env.path("writeback-\(count)")
+            let r = try runChild(["writeback-exit", env.directory + "/store", path, "\(count)"])
+            XCTAssertEqual(r.lines, ["W"])
+            let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try f.readAll(), (0..<count).map { crashPattern(1, $0) }, "\(count) bytes")
+            try f.close()
+        }
     }
 }
