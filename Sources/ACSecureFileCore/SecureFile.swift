@@ -63,11 +63,19 @@ public final class SecureFile: @unchecked Sendable {
         }
         try shared.ensureKeys()
         guard shared.coordinated else { return try body(shared) }
-        try shared.beginCoordinated(exclusive: access == .write || access == .truncate)
+        let exclusive = access == .write || access == .truncate
+        try shared.beginCoordinated(exclusive: exclusive)
         let result: R
         do { result = try body(shared) } catch {
             shared.endCoordinated()
-            throw error
+            // A read skips the file-ID check while the length is unchanged: a failed authentication
+            // may be a file another process emptied and wrote anew. Check and read once more.
+            guard !exclusive, error.code == .badKeyOrCorruptData else { throw error }
+            try shared.beginCoordinated(exclusive: false, recheckFileID: true)
+            do { result = try body(shared) } catch {
+                shared.endCoordinated()
+                throw error
+            }
         }
         try shared.finishCoordinated()
         return result

@@ -12,16 +12,25 @@ extension SharedFile {
     /// Starts an operation in coordinated mode: an open-file-description lock on the whole file
     /// (shared for reads, exclusive for changes), then the length is reread and the chunk cache
     /// dropped, since another process may have changed both.
-    func beginCoordinated(exclusive: Bool) throws(SecureFileError) {
+    ///
+    /// Another process may also have emptied the file and written it anew (a new file ID and data
+    /// key). A change, a changed length or `recheckFileID` reads the file ID to find out; a read of
+    /// an unchanged length does not (one system call less): a chunk of a new file cannot
+    /// authenticate under the old key and file ID, so such a read fails with
+    /// `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`, and the caller runs it once more with `recheckFileID`.
+    func beginCoordinated(exclusive: Bool, recheckFileID: Bool = false) throws(SecureFileError) {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
-        dropCache()
+        // Nothing cached (the usual case: every operation ends by dropping a dirty chunk, and reads of
+        // whole chunks bypass the cache) means nothing stale to drop.
+        if cacheIndex >= 0 || cacheDirty { dropCache() }
         var needsRefresh = false
         let physical: Int64
         switch Sys.fstat(ioFD) {
         case .success(let st): physical = Int64(st.st_size)
         case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
         }
-        if header != nil, physical > 0 {
+        let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
+        if header != nil, physical > 0, exclusive || recheckFileID || !unchanged {
             // Another process may have emptied the file, which gives it a new file ID and data key.
             var onDisk = (UInt64(0), UInt64(0))
             let got = withUnsafeMutableBytes(of: &onDisk) { Sys.preadFull(ioFD, $0.baseAddress!, 16, 16) }
