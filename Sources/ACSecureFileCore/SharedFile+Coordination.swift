@@ -30,7 +30,7 @@ extension SharedFile {
         case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
         }
         let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
-        if header != nil, physical > 0, exclusive || recheckFileID || !unchanged {
+        if hasHeader, physical > 0, exclusive || recheckFileID || !unchanged {
             // Another process may have emptied the file, which gives it a new file ID and data key.
             var onDisk = (UInt64(0), UInt64(0))
             let got = withUnsafeMutableBytes(of: &onDisk) { Sys.preadFull(ioFD, $0.baseAddress!, 16, 16) }
@@ -38,7 +38,7 @@ extension SharedFile {
                 header = nil
             }
         }
-        if header == nil, physical > 0 {
+        if !hasHeader, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
             guard case .success(let h) = FileHeader.read(from: ioFD) else {
                 endCoordinated()
@@ -53,7 +53,7 @@ extension SharedFile {
             needsRefresh = true
         }
         let expected = layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
-        if header != nil, needsRefresh || physical != expected {
+        if hasHeader, needsRefresh || physical != expected {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
             size = diskSize
             tailVerified = false

@@ -21,7 +21,7 @@ extension SharedFile {
     func verifyTrailerIfNeeded() throws(SecureFileError) {
         if tailVerified { return }
         if let tailFailure { throw tailFailure }
-        guard header != nil, cipher != nil else { return }
+        guard hasHeader, cipher != nil else { return }
         let physical = Int64(try checkIO(Sys.fstat(ioFD), "fstat").st_size)
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         var trailerOnly = false
@@ -58,7 +58,7 @@ extension SharedFile {
     /// Changes need an authenticated end: building on a cut file would seal the cut into a file
     /// that then verifies.
     func requireAuthenticatedEnd() throws(SecureFileError) {
-        guard header != nil else { return }
+        guard hasHeader else { return }
         try verifyTrailerIfNeeded()
     }
 

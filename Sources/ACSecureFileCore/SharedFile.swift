@@ -36,8 +36,14 @@ final class SharedFile: @unchecked Sendable {
 
     /// nil for an empty (0-byte) file that has no header yet.
     var header: FileHeader? {
-        didSet { if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) } }
+        didSet {
+            hasHeader = header != nil
+            if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) }
+        }
     }
+    /// `header != nil`, for the checks of every call: testing the optional copies the header (three
+    /// arrays: six reference-count operations).
+    private(set) var hasHeader = false
     /// The file ID as raw memory, for the per-chunk AAD.
     let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
     var layout: FileLayout
@@ -144,7 +150,7 @@ final class SharedFile: @unchecked Sendable {
         let generation = services.keyGeneration
         guard generation != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
         services.noteActivity()
-        if generation == keyGeneration, cipher != nil || header == nil { return }
+        if generation == keyGeneration, cipher != nil || !hasHeader { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
@@ -195,7 +201,7 @@ final class SharedFile: @unchecked Sendable {
 
     /// Writes a header and an empty trailer into a 0-byte file.
     func initializeIfNeeded() throws(SecureFileError) {
-        guard header == nil else { return }
+        guard !hasHeader else { return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
         let dataKey: SecureBytes
