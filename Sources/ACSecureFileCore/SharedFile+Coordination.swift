@@ -18,11 +18,21 @@ extension SharedFile {
     /// an unchanged length does not (one system call less): a chunk of a new file cannot
     /// authenticate under the old key and file ID, so such a read fails with
     /// `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`, and the caller runs it once more with `recheckFileID`.
-    func beginCoordinated(exclusive: Bool, recheckFileID: Bool = false) throws(SecureFileError) {
+    ///
+    /// A read that ends inside the length known from the last operation (`readEnd`) does not even
+    /// reread the length: its chunks are read from disk under the lock, and a chunk that authenticates
+    /// at its index is the current one (file ID and index are in its AAD). Any change that could
+    /// make it wrong (emptied, cut or regrown over it, a last chunk made longer) makes the read fail
+    /// authentication or come up short, and the retry with `recheckFileID` rereads everything.
+    func beginCoordinated(exclusive: Bool, readEnd: Int64? = nil, recheckFileID: Bool = false) throws(SecureFileError) {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
         // Nothing cached (the usual case: every operation ends by dropping a dirty chunk, and reads of
         // whole chunks bypass the cache) means nothing stale to drop.
         if cacheIndex >= 0 || cacheDirty { dropCache() }
+        if !exclusive, !recheckFileID, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
+           tailVerified, tailFailure == nil, pendingTailRepair == nil {
+            return
+        }
         var needsRefresh = false
         let physical: Int64
         switch Sys.fstat(ioFD) {

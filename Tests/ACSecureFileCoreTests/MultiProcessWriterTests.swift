@@ -139,9 +139,35 @@ final class MultiProcessWriterTests: XCTestCase {
         XCTAssertEqual(try reader.pread(count: 10, at: 9_995), [UInt8](repeating: 0xBB, count: 5))
         XCTAssertEqual(try reader.pread(count: 100, at: 0), [UInt8](repeating: 0xBB, count: 100))
 
-        try rewrite(0xCC, count: 3_000)  // shorter
+        // Shorter: preads inside the length the reader knew (10 000) come first, so they start
+        // without rereading the length.
+        try rewrite(0xCC, count: 3_000)
+        XCTAssertEqual(try reader.pread(count: 4096, at: 4096), [])
+        XCTAssertEqual(try reader.pread(count: 100, at: 2_950), [UInt8](repeating: 0xCC, count: 50))
         XCTAssertEqual(try reader.size, 3_000)
         XCTAssertEqual(try reader.pread(count: 4096, at: 0), [UInt8](repeating: 0xCC, count: 3_000))
+        try reader.close()
+    }
+
+    /// Another process appends into the last (short) chunk and cuts the file: a coordinated pread
+    /// inside the length the reader knew reads the current bytes.
+    func testACoordinatedPreadInsideTheKnownLengthSeesAppendsAndCuts() throws {
+        let env = try TestEnvironment(appID: "com.example.multiwriter")
+        let path = env.path("grows")
+        let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        let w = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: other, sharing: .processes)
+        try w.write([UInt8](repeating: 1, count: 5_000))
+        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 1, count: 10))
+        try w.pwrite([UInt8](repeating: 2, count: 3_000), at: 4_000)  // chunk 1 grows, its first bytes change
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 2, count: 10))
+        XCTAssertEqual(try reader.pread(count: 3_000, at: 4_500), [UInt8](repeating: 2, count: 2_500))
+        try w.truncate(to: 4_100)
+        XCTAssertEqual(try reader.pread(count: 200, at: 4_000), [UInt8](repeating: 2, count: 100))
+        try w.truncate(to: 1_000)
+        try w.truncate(to: 9_000)  // regrown over the reader's range: zeros now
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 0, count: 10))
+        try w.close()
         try reader.close()
     }
 
