@@ -35,9 +35,9 @@ extension SharedFile {
         }
         var needsRefresh = false
         let physical: Int64
-        switch Sys.fstat(ioFD) {
-        case .success(let st): physical = Int64(st.st_size)
-        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
+        switch Sys.fileSize(ioFD) {
+        case .success(let size): physical = size
+        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): statx")
         }
         let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
         if hasHeader, physical > 0, exclusive || recheckFileID || !unchanged {

@@ -22,7 +22,7 @@ extension SharedFile {
         if tailVerified { return }
         if let tailFailure { throw tailFailure }
         guard hasHeader, cipher != nil else { return }
-        let physical = Int64(try checkIO(Sys.fstat(ioFD), "fstat").st_size)
+        let physical = try checkIO(Sys.fileSize(ioFD), "statx")
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         var trailerOnly = false
         if physical == end {
@@ -183,8 +183,8 @@ extension SharedFile {
     /// and authenticate the end again (a failure to do so is kept in `tailFailure`).
     func resynchronizeAfterFailedWrite() {
         tailVerified = false
-        if case .success(let st) = Sys.fstat(ioFD) {
-            diskSize = layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) ?? diskSize
+        if case .success(let physical) = Sys.fileSize(ioFD) {
+            diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize
         }
         size = max(diskSize, cacheDirty ? cacheIndex << Int64(layout.chunkShift) + Int64(cacheLength) : 0)
         do { try verifyTrailerIfNeeded() } catch {
