@@ -49,9 +49,13 @@ export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG
 cat > "$out/src/register-acsecure.c" <<'C'
 #include <stdio.h>
 #include <sqlite3.h>
-#include <ACSecureSQLite.h>
+#include <stdlib.h>
+#include <ACSecureFile/ACSecureServices.h>
+#include <ACSecureFile/ACSecureSQLite.h>
 int speedtest1_main(int argc, char **argv);
 int main(int argc, char **argv) {
+    /* File calls start services from the environment only when the store exists: create it here. */
+    if (ACSecureServicesStart(getenv("ACSECURE_APP_ID"), getenv("ACSECURE_HOME")) != 0) { perror("ACSecureServicesStart"); return 1; }
     if (ACSecureSQLiteRegister(0) != SQLITE_OK) { fprintf(stderr, "cannot register acsecure\n"); return 1; }
     return speedtest1_main(argc, argv);
 }
