@@ -25,7 +25,7 @@ let package = Package(
 
         // Every file-system call of every module: EINTR and short-transfer retries, and (debug builds
         // only, ACSECURE_SYSCALL_MOCKING) per-thread fault injection and an in-memory backend.
-        .target(name: "ACSystemCalls"),
+        .target(name: "ACSystemCalls", dependencies: ["CACSecureLinux"]),
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium);
         // also the one lock type every module uses (Lock.swift: a pthread mutex, which TSan understands).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),

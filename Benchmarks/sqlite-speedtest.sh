@@ -49,9 +49,13 @@ export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG
 cat > "$out/src/register-acsecure.c" <<'C'
 #include <stdio.h>
 #include <sqlite3.h>
+#include <stdlib.h>
+#include <ACSecureFile/ACSecureServices.h>
 #include <ACSecureFile/ACSecureSQLite.h>
 int speedtest1_main(int argc, char **argv);
 int main(int argc, char **argv) {
+    /* File calls start services from the environment only when the store exists: create it here. */
+    if (ACSecureServicesStart(getenv("ACSECURE_APP_ID"), getenv("ACSECURE_HOME")) != 0) { perror("ACSecureServicesStart"); return 1; }
     if (ACSecureSQLiteRegister(0) != SQLITE_OK) { fprintf(stderr, "cannot register acsecure\n"); return 1; }
     return speedtest1_main(argc, argv);
 }
@@ -66,7 +70,7 @@ cc -O2 -w -DSQLITE_HAS_CODEC -DSQLITE_FCNTL_RESERVE_BYTES=38 "$src" "${cipher_fl
 echo "sqlite-speedtest: libsqlite3 $(pkg-config --modversion sqlite3) (speedtest1.c from the same Debian source package), sqlcipher $(pkg-config --modversion sqlcipher)" >&2
 
 # ---- runs
-export ACSECURE_HOME="$out/store" ACSECURE_APP_ID="sqlite-speedtest" ACSECURE_CREATE_STORE=1
+export ACSECURE_HOME="$out/store" ACSECURE_APP_ID="sqlite-speedtest"
 run() { # run STACK SIZE ROUND
     local stack="$1" size="$2" r="$3" db="$dbdir/speedtest-$1.db"
     rm -f "$db" "$db-journal" "$db-aclock"

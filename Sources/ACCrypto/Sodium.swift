@@ -42,19 +42,3 @@ public func secureZero(_ buffer: UnsafeMutableRawBufferPointer) {
     guard let base = buffer.baseAddress, buffer.count > 0 else { return }
     sodium_memzero(base, buffer.count)
 }
-
-import CACSecureLibCrypto
-
-/// Nonces for bulk encryption: OpenSSL's per-thread DRBG (seeded from the kernel), which fills many
-/// nonces per call without a system call each.
-public enum NonceGenerator {
-    public static func fill(_ buffer: UnsafeMutableRawBufferPointer) {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-        #if DEBUG
-        if DeterministicRandomness.fillIfActive(base, buffer.count) { return }
-        #endif
-        // RAND_bytes fails only if the DRBG cannot be seeded; a nonce must never be reused, so stop.
-        precondition(RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1,
-                     "OpenSSL RAND_bytes failed")
-    }
-}

@@ -44,7 +44,9 @@ public final class SecureFile: @unchecked Sendable {
 
     /// Runs `body` with the file locked, after the checks every operation shares.
     @inline(__always)
-    private func locked<R>(_ access: Access, _ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
+    /// `readEnd`: a read that ends there (pread), which in coordinated mode may skip rereading the length.
+    private func locked<R>(_ access: Access, readEnd: Int64? = nil,
+                           _ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
         shared.lock.lock()
         defer { shared.lock.unlock() }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
@@ -63,11 +65,19 @@ public final class SecureFile: @unchecked Sendable {
         }
         try shared.ensureKeys()
         guard shared.coordinated else { return try body(shared) }
-        try shared.beginCoordinated(exclusive: access == .write || access == .truncate)
+        let exclusive = access == .write || access == .truncate
+        try shared.beginCoordinated(exclusive: exclusive, readEnd: readEnd)
         let result: R
         do { result = try body(shared) } catch {
             shared.endCoordinated()
-            throw error
+            // A read skips the file-ID check (and, inside the known length, the length check): a
+            // failed authentication may be a file another process changed. Check and read once more.
+            guard !exclusive, error.code == .badKeyOrCorruptData else { throw error }
+            try shared.beginCoordinated(exclusive: false, recheckFileID: true)
+            do { result = try body(shared) } catch {
+                shared.endCoordinated()
+                throw error
+            }
         }
         try shared.finishCoordinated()
         return result
@@ -89,7 +99,8 @@ public final class SecureFile: @unchecked Sendable {
     public func pread(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
         // Linux checks the offset before the descriptor.
         guard offset >= 0 else { throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): negative offset") }
-        return try locked(.read) { (s: SharedFile) throws(SecureFileError) -> Int in
+        let (end, overflow) = offset.addingReportingOverflow(Int64(buffer.count))
+        return try locked(.read, readEnd: overflow ? .max : end) { (s: SharedFile) throws(SecureFileError) -> Int in
             guard let base = buffer.baseAddress else { return 0 }
             return try s.read(into: base, count: buffer.count, at: offset)
         }

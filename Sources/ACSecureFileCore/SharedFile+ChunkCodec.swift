@@ -84,7 +84,7 @@ extension SharedFile {
     /// Seals the trailer for `size` at `t` ([selector ‖] nonce ‖ tag); `nonceIsSet` when the caller
     /// already put a fresh nonce after the selector.
     func sealTrailer(into t: UnsafeMutableRawPointer, size: Int64, nonceIsSet: Bool = false) throws(SecureFileError) {
-        guard let cipher, header != nil else { throw .ace(.noKeys, "\(path): no key") }
+        guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
         let n = t + layout.selectorSize
         if !nonceIsSet { NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: n, count: FileLayout.nonceSize)) }
         FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)

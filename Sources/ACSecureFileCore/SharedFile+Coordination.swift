@@ -12,16 +12,35 @@ extension SharedFile {
     /// Starts an operation in coordinated mode: an open-file-description lock on the whole file
     /// (shared for reads, exclusive for changes), then the length is reread and the chunk cache
     /// dropped, since another process may have changed both.
-    func beginCoordinated(exclusive: Bool) throws(SecureFileError) {
+    ///
+    /// Another process may also have emptied the file and written it anew (a new file ID and data
+    /// key). A change, a changed length or `recheckFileID` reads the file ID to find out; a read of
+    /// an unchanged length does not (one system call less): a chunk of a new file cannot
+    /// authenticate under the old key and file ID, so such a read fails with
+    /// `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`, and the caller runs it once more with `recheckFileID`.
+    ///
+    /// A read that ends inside the length known from the last operation (`readEnd`) does not even
+    /// reread the length: its chunks are read from disk under the lock, and a chunk that authenticates
+    /// at its index is the current one (file ID and index are in its AAD). Any change that could
+    /// make it wrong (emptied, cut or regrown over it, a last chunk made longer) makes the read fail
+    /// authentication or come up short, and the retry with `recheckFileID` rereads everything.
+    func beginCoordinated(exclusive: Bool, readEnd: Int64? = nil, recheckFileID: Bool = false) throws(SecureFileError) {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
-        dropCache()
+        // Nothing cached (the usual case: every operation ends by dropping a dirty chunk, and reads of
+        // whole chunks bypass the cache) means nothing stale to drop.
+        if cacheIndex >= 0 || cacheDirty { dropCache() }
+        if !exclusive, !recheckFileID, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
+           tailVerified, tailFailure == nil, pendingTailRepair == nil {
+            return
+        }
         var needsRefresh = false
         let physical: Int64
-        switch Sys.fstat(ioFD) {
-        case .success(let st): physical = Int64(st.st_size)
-        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): fstat")
+        switch Sys.fileSize(ioFD) {
+        case .success(let size): physical = size
+        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): statx")
         }
-        if header != nil, physical > 0 {
+        let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
+        if hasHeader, physical > 0, exclusive || recheckFileID || !unchanged {
             // Another process may have emptied the file, which gives it a new file ID and data key.
             var onDisk = (UInt64(0), UInt64(0))
             let got = withUnsafeMutableBytes(of: &onDisk) { Sys.preadFull(ioFD, $0.baseAddress!, 16, 16) }
@@ -29,7 +48,7 @@ extension SharedFile {
                 header = nil
             }
         }
-        if header == nil, physical > 0 {
+        if !hasHeader, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
             guard case .success(let h) = FileHeader.read(from: ioFD) else {
                 endCoordinated()
@@ -44,7 +63,7 @@ extension SharedFile {
             needsRefresh = true
         }
         let expected = layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
-        if header != nil, needsRefresh || physical != expected {
+        if hasHeader, needsRefresh || physical != expected {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
             size = diskSize
             tailVerified = false

@@ -9,7 +9,7 @@ extension SharedFile {
     /// pread semantics on the logical file.
     func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int {
         if offset >= size || count == 0 {
-            if offset >= size, header != nil { try verifyTrailerIfNeeded() }
+            if offset >= size, hasHeader { try verifyTrailerIfNeeded() }
             return 0
         }
         let end = offset + min(Int64(count), size - offset)

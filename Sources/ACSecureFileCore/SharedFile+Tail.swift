@@ -21,8 +21,8 @@ extension SharedFile {
     func verifyTrailerIfNeeded() throws(SecureFileError) {
         if tailVerified { return }
         if let tailFailure { throw tailFailure }
-        guard header != nil, cipher != nil else { return }
-        let physical = Int64(try checkIO(Sys.fstat(ioFD), "fstat").st_size)
+        guard hasHeader, cipher != nil else { return }
+        let physical = try checkIO(Sys.fileSize(ioFD), "statx")
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         var trailerOnly = false
         if physical == end {
@@ -183,8 +183,8 @@ extension SharedFile {
     /// and authenticate the end again (a failure to do so is kept in `tailFailure`).
     func resynchronizeAfterFailedWrite() {
         tailVerified = false
-        if case .success(let st) = Sys.fstat(ioFD) {
-            diskSize = layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) ?? diskSize
+        if case .success(let physical) = Sys.fileSize(ioFD) {
+            diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize
         }
         size = max(diskSize, runEnd)
         do { try verifyTrailerIfNeeded() } catch {

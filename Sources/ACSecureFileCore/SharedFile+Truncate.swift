@@ -11,7 +11,7 @@ import ACSystemCalls
 /// below the new length reads back.
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
-        if length == 0, header != nil, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
+        if length == 0, hasHeader, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
             // whose end does not authenticate may be emptied too: nothing authentic is lost.

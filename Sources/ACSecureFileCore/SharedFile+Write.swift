@@ -163,7 +163,7 @@ extension SharedFile {
     func writeRun(first: Int64, count: Int, length: (Int64) -> Int,
                   source: (Int64) -> UnsafeRawPointer) throws(SecureFileError) -> Int {
         precondition(first <= diskChunks, "chunks must be contiguous with the disk")
-        guard let cipher, header != nil else { throw .ace(.noKeys, "\(path): no key") }
+        guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
         let physical = layout.physicalChunkSize
         let maxBatch = max(1, Self.batchBytes >> Int(layout.chunkShift))
         var i = first

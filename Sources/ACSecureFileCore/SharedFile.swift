@@ -43,7 +43,8 @@ final class SharedFile: @unchecked Sendable {
             if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) }
         }
     }
-    /// `header != nil`, for the checks every call makes (reading `header` copies it).
+    /// `header != nil`, for the checks of every call: testing the optional copies the header (three
+    /// arrays: six reference-count operations).
     private(set) var hasHeader = false
     /// The file ID as raw memory, for the per-chunk AAD.
     let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
@@ -163,7 +164,7 @@ final class SharedFile: @unchecked Sendable {
         let generation = services.keyGeneration
         guard generation != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
         services.noteActivity()
-        if generation == keyGeneration, !hasHeader || cipher != nil { return }
+        if generation == keyGeneration, cipher != nil || !hasHeader { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {

@@ -1,6 +1,9 @@
+#define _GNU_SOURCE
 #include "CACSecureLinux.h"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 
 int CACSecureLinux_setDumpable(int dumpable) {
     return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL);
@@ -8,4 +11,11 @@ int CACSecureLinux_setDumpable(int dumpable) {
 
 int CACSecureLinux_getDumpable(void) {
     return prctl(PR_GET_DUMPABLE, 0UL, 0UL, 0UL, 0UL);
+}
+
+int CACSecureLinux_fileSize(int fd, long long *size) {
+    struct statx sx;
+    int r = statx(fd, "", AT_EMPTY_PATH, STATX_SIZE, &sx);
+    if (r == 0) *size = (long long)sx.stx_size;
+    return r;
 }

@@ -116,4 +116,82 @@ final class MultiProcessWriterTests: XCTestCase {
         XCTAssertEqual(try d.pread(count: 2, at: 0), [1, 2])
         try d.close()
     }
+
+    /// Another process empties the file and writes it anew (a new file ID and data key): a
+    /// coordinated reader that keeps its handle reads the new contents at its next call, whether the
+    /// length stayed the same (reads of an unchanged length skip the file-ID check and recheck when
+    /// a chunk fails) or changed.
+    func testACoordinatedReaderSeesAFileAnotherProcessEmptiedAndWroteAnew() throws {
+        let env = try TestEnvironment(appID: "com.example.multiwriter")
+        let path = env.path("recreated")
+        let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        func rewrite(_ byte: UInt8, count: Int) throws {
+            let w = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: other, sharing: .processes)
+            try w.write([UInt8](repeating: byte, count: count))
+            try w.close()
+        }
+        try rewrite(0xAA, count: 10_000)
+        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        XCTAssertEqual(try reader.pread(count: 4096, at: 4096), [UInt8](repeating: 0xAA, count: 4096))
+
+        try rewrite(0xBB, count: 10_000)  // the same length: the same physical size
+        XCTAssertEqual(try reader.pread(count: 4096, at: 4096), [UInt8](repeating: 0xBB, count: 4096))
+        XCTAssertEqual(try reader.pread(count: 10, at: 9_995), [UInt8](repeating: 0xBB, count: 5))
+        XCTAssertEqual(try reader.pread(count: 100, at: 0), [UInt8](repeating: 0xBB, count: 100))
+
+        // Shorter: preads inside the length the reader knew (10 000) come first, so they start
+        // without rereading the length.
+        try rewrite(0xCC, count: 3_000)
+        XCTAssertEqual(try reader.pread(count: 4096, at: 4096), [])
+        XCTAssertEqual(try reader.pread(count: 100, at: 2_950), [UInt8](repeating: 0xCC, count: 50))
+        XCTAssertEqual(try reader.size, 3_000)
+        XCTAssertEqual(try reader.pread(count: 4096, at: 0), [UInt8](repeating: 0xCC, count: 3_000))
+        try reader.close()
+    }
+
+    /// Another process appends into the last (short) chunk and cuts the file: a coordinated pread
+    /// inside the length the reader knew reads the current bytes.
+    func testACoordinatedPreadInsideTheKnownLengthSeesAppendsAndCuts() throws {
+        let env = try TestEnvironment(appID: "com.example.multiwriter")
+        let path = env.path("grows")
+        let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        let w = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: other, sharing: .processes)
+        try w.write([UInt8](repeating: 1, count: 5_000))
+        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 1, count: 10))
+        try w.pwrite([UInt8](repeating: 2, count: 3_000), at: 4_000)  // chunk 1 grows, its first bytes change
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 2, count: 10))
+        XCTAssertEqual(try reader.pread(count: 3_000, at: 4_500), [UInt8](repeating: 2, count: 2_500))
+        try w.truncate(to: 4_100)
+        XCTAssertEqual(try reader.pread(count: 200, at: 4_000), [UInt8](repeating: 2, count: 100))
+        try w.truncate(to: 1_000)
+        try w.truncate(to: 9_000)  // regrown over the reader's range: zeros now
+        XCTAssertEqual(try reader.pread(count: 10, at: 4_990), [UInt8](repeating: 0, count: 10))
+        try w.close()
+        try reader.close()
+    }
+
+    /// The recheck after a failed authentication does not hide damage: a damaged chunk of a file
+    /// that was not rewritten still fails, also in coordinated mode.
+    func testACoordinatedReadOfADamagedChunkStillFails() throws {
+        let env = try TestEnvironment(appID: "com.example.multiwriter")
+        let path = env.path("damaged")
+        let w = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try w.write([UInt8](repeating: 7, count: 12_288))
+        try w.close()
+        let reader = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        XCTAssertEqual(try reader.pread(count: 4096, at: 4096), [UInt8](repeating: 7, count: 4096))
+        let layout = FileLayout()
+        let fd = open(path, O_RDWR)
+        var flipped: UInt8 = 0
+        XCTAssertEqual(pread(fd, &flipped, 1, off_t(layout.chunkOffset(1) + 100)), 1)
+        flipped ^= 1
+        XCTAssertEqual(pwrite(fd, &flipped, 1, off_t(layout.chunkOffset(1) + 100)), 1)
+        close(fd)
+        XCTAssertThrowsError(try reader.pread(count: 4096, at: 4096)) { error in
+            XCTAssertEqual((error as? SecureFileError)?.code, .badKeyOrCorruptData)
+        }
+        XCTAssertEqual(try reader.pread(count: 4096, at: 0), [UInt8](repeating: 7, count: 4096))
+        try reader.close()
+    }
 }

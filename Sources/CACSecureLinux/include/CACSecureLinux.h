@@ -1,5 +1,6 @@
 /*
- * CACSecureLinux — Linux calls Swift cannot make directly (C varargs), for ACSecureServices.
+ * CACSecureLinux — Linux calls Swift cannot make directly (C varargs, _GNU_SOURCE-only declarations),
+ * for ACSecureServices and ACSystemCalls.
  * Thin wrappers: each returns what the system call returns (-1 with errno on failure).
  */
 #ifndef CACSECURELINUX_H
@@ -10,5 +11,8 @@ int CACSecureLinux_setDumpable(int dumpable);
 
 /** prctl(PR_GET_DUMPABLE, 0, 0, 0, 0): 0 or 1 (2: suid_dumpable), or -1 with errno. */
 int CACSecureLinux_getDumpable(void);
+
+/** statx(fd, "", AT_EMPTY_PATH, STATX_SIZE): the file's size into *size; 0, or -1 with errno. */
+int CACSecureLinux_fileSize(int fd, long long *size);
 
 #endif /* CACSECURELINUX_H */
