@@ -6,8 +6,9 @@
 #
 #   ACSECURE_FUZZ_RUNS      executions per target (default 1000000)
 #   ACSECURE_FUZZ_SECONDS   time bound per target (default 0: none). FuzzOperationSequence, the slowest
-#                           (~1,000 executions/s), takes about 20 min; it runs in the background while
-#                           the others (~10 min together) run one after another.
+#                           (~750 executions/s next to the others, up to ~1,900 alone), takes about
+#                           22 min; it runs in the background while the others (~15 min together) run
+#                           one after another.
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all)
 #
 #     fuzz/long-run.sh                                   # everything, 10^6 each

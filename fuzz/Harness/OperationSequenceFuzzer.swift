@@ -104,17 +104,20 @@ public enum OperationSequenceFuzzer {
             let allowed: [ACErrorCode] = [.noKeys, .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly, .invalidArgument, .negativeFileLength]
             return allowed.contains(e.code) ? nil : FuzzFinding("step \(step) \(what) while locked failed with \(e.code.name): \(e.message)")
         }
+        // Offsets and lengths stay within about six chunks: every shape (holes of several chunks,
+        // writes and reads across two or three boundaries, chunk-aligned ones) at a few chunks per
+        // call, which is what a call costs (each chunk is sealed or opened).
         func offset() -> Int64 {
             let b = c.u8()
-            if b & 0x80 != 0 { return Int64(b & 0x0F) * 4096 + Int64((b >> 4) & 0x7) - 3 }  // around a chunk boundary
-            return Int64(c.u16() % 40_000) - (b & 0x40 != 0 ? 2 : 0)
+            if b & 0x80 != 0 { return Int64(b & 0x07) * 4096 + Int64((b >> 4) & 0x7) - 3 }  // around a chunk boundary
+            return Int64(c.u16() % 24_000) - (b & 0x40 != 0 ? 2 : 0)
         }
         func length() -> Int {
             let b = c.u8()
             switch b % 4 {
             case 0: return Int(c.u8())
-            case 1: return 4096 * (1 + Int(b >> 6)) + Int(c.u8() % 5) - 2
-            default: return c.u16() % 12_000
+            case 1: return 4096 * (1 + Int(b >> 7)) + Int(c.u8() % 5) - 2
+            default: return c.u16() % 9_000
             }
         }
         func data(_ n: Int) -> UnsafeRawBufferPointer {
