@@ -160,6 +160,35 @@ final class ReadCacheTests: XCTestCase {
         try f.close()
     }
 
+    /// Threads on handles of one cached file (a 64 KiB cache: 16 slots for 64 chunks, so they evict
+    /// each other's chunks), each writing and reading back its own chunks, whole and partial.
+    func testThreadsOnOneCachedFile() throws {
+        let env = try TestEnvironment()
+        let (path, _) = try makeFile(env, "threads", bytes: 64 * 4096)
+        let threads = 4
+        let handles = try (0..<threads).map { _ in
+            try SecureFile.open(path, flags: O_RDWR, services: env.services, readCache: .bytes(64 << 10))
+        }
+        let failures = LockedValue(0)
+        DispatchQueueless.concurrentPerform(iterations: threads) { t in
+            let h = handles[t]
+            for round in 0..<200 {
+                let chunk = t * 16 + round % 16
+                let offset = Int64(chunk * 4096)
+                let data = (0..<(round % 3 == 0 ? 100 : 4096)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ round &+ t) }
+                do {
+                    _ = try h.pwrite(data, at: offset + (data.count == 100 ? 500 : 0))
+                    let back = try h.pread(count: data.count, at: offset + (data.count == 100 ? 500 : 0))
+                    if back != data { failures.withLock { $0 += 1 } }
+                } catch {
+                    failures.withLock { $0 += 1 }
+                }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, 0)
+        for h in handles { try h.close() }
+    }
+
     /// Another process's change (here: another key provider, so another state) is seen in
     /// coordinated mode, which has no read cache; without it, the cached chunk is what is read
     /// (authentic plaintext of the time it was read: docs/FORMAT.md threat model) until a reopen.
