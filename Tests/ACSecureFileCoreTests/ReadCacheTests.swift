@@ -107,6 +107,20 @@ final class ReadCacheTests: XCTestCase {
         try f.close()
     }
 
+    /// A write that fails leaves the cache holding what the disk holds (the old chunk).
+    func testAFailedWriteLeavesTheCacheAsTheDisk() throws {
+        let env = try TestEnvironment()
+        let (path, data) = try makeFile(env, "failed", bytes: 4 * 4096)
+        let f = try SecureFile.open(path, flags: O_RDWR, services: env.services, readCache: .bytes(1 << 20))
+        XCTAssertEqual(try f.readAll(), data)
+        SecureFileTesting.faultInjector = { $0 == .pwrite ? .fail(ENOSPC) : nil }
+        XCTAssertEqual(errnoOf { _ = try f.pwrite(self.pattern(4096, seed: 9), at: 4096) }, ENOSPC)
+        XCTAssertEqual(errnoOf { _ = try f.pwrite(self.pattern(10, seed: 9), at: 2 * 4096 + 3) }, ENOSPC)
+        SecureFileTesting.faultInjector = nil
+        XCTAssertEqual(try f.readAll(), data)
+        try f.close()
+    }
+
     /// A services lock wipes and frees the cache with the keys; reads after the unlock fill it again.
     func testServicesLockWipesTheCache() throws {
         let env = try TestEnvironment()
