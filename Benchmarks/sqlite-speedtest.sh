@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SQLite's own benchmark, speedtest1, on three stacks in the same run, alternating rounds:
-#   plain     the system libsqlite3, default (unix) VFS
-#   acsecure  the system libsqlite3, VFS "acsecure" (libACSecureSQLite.so, installed into a temp prefix)
-#   sqlcipher Debian's libsqlcipher (SQLCipher defaults), PRAGMA key via speedtest1's --key
+#   plain             the system libsqlite3, default (unix) VFS
+#   acsecure          the system libsqlite3, VFS "acsecure" (libACSecureSQLite.so, installed into a
+#                     temp prefix), with the engine's read cache at its default size (16 MiB)
+#   acsecure-nocache  the same with ACSECURE_READ_CACHE_MIB=0 (no read cache)
+#   sqlcipher         Debian's libsqlcipher (SQLCipher defaults), PRAGMA key via speedtest1's --key
 # and reports, per --size, each stack's median TOTAL time over the rounds and its ratio to plain
-# (also per speedtest1 test), as a Markdown table and a gnuplot chart.
+# (also per speedtest1 test) and its median peak RSS (/usr/bin/time), as a Markdown table and a
+# gnuplot chart.
 #
 # speedtest1.c is not in this repository: it is fetched from the Debian source package of sqlite3
 # (the version matching the system libsqlite3) with `apt-get source --download-only sqlite3`; a
@@ -12,7 +15,8 @@
 #
 #   Benchmarks/sqlite-speedtest.sh [ROUNDS [SIZES]]      e.g. 5 "50 200"
 # environment: OUT (default Benchmarks/.build/sqlite-speedtest) for sources, binaries, raw outputs,
-#   results.md and the chart; DBDIR (default $OUT/db) where the databases are written.
+#   results.md and the chart; DBDIR (default $OUT/db) where the databases are written;
+#   ACSECURE_READ_CACHE_MIB (default unset: 16 MiB) for the acsecure stack.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -74,19 +78,22 @@ export ACSECURE_HOME="$out/store" ACSECURE_APP_ID="sqlite-speedtest"
 run() { # run STACK SIZE ROUND
     local stack="$1" size="$2" r="$3" db="$dbdir/speedtest-$1.db"
     rm -f "$db" "$db-journal" "$db-aclock"
+    # Peak RSS (kB) of each run, from GNU time, into its own file.
+    local timed=(/usr/bin/time -f "%M" -o "$out/raw/$stack-$size-$r.rss")
     case "$stack" in
-        plain) "$out/speedtest1" --size "$size" "$db" ;;
-        acsecure) "$out/speedtest1" --size "$size" --vfs acsecure "$db" ;;
-        sqlcipher) "$out/speedtest1-sqlcipher" --size "$size" --key speedtest-key "$db" ;;
+        plain) "${timed[@]}" "$out/speedtest1" --size "$size" "$db" ;;
+        acsecure) "${timed[@]}" "$out/speedtest1" --size "$size" --vfs acsecure "$db" ;;
+        acsecure-nocache) ACSECURE_READ_CACHE_MIB=0 "${timed[@]}" "$out/speedtest1" --size "$size" --vfs acsecure "$db" ;;
+        sqlcipher) "${timed[@]}" "$out/speedtest1-sqlcipher" --size "$size" --key speedtest-key "$db" ;;
     esac >"$out/raw/$stack-$size-$r.txt" 2>&1 || { echo "sqlite-speedtest: $stack --size $size failed:" >&2; tail -5 "$out/raw/$stack-$size-$r.txt" >&2; exit 1; }
     rm -f "$db" "$db-journal" "$db-aclock"
     printf '%s size %s round %s: %s\n' "$stack" "$size" "$r" "$(grep TOTAL "$out/raw/$stack-$size-$r.txt" | awk '{print $NF}')" >&2
 }
-rm -f "$out"/raw/*.txt
+rm -f "$out"/raw/*.txt "$out"/raw/*.rss
 for size in $sizes; do
     for r in $(seq 1 "$rounds"); do
         # Alternate the order too, so no stack always runs after the same neighbour.
-        if [ $((r % 2)) = 1 ]; then order="plain acsecure sqlcipher"; else order="sqlcipher acsecure plain"; fi
+        if [ $((r % 2)) = 1 ]; then order="plain acsecure acsecure-nocache sqlcipher"; else order="sqlcipher acsecure-nocache acsecure plain"; fi
         for stack in $order; do run "$stack" "$size" "$r"; done
     done
 done
@@ -95,7 +102,7 @@ done
 python3 - "$out" "$rounds" "$sizes" <<'PY'
 import glob, os, re, statistics, sys
 out, rounds, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-stacks = ["plain", "acsecure", "sqlcipher"]
+stacks = ["plain", "acsecure", "acsecure-nocache", "sqlcipher"]
 line = re.compile(r"^\s*(\d+) - (.*?)\.*\s+(\d+\.\d+)s\s*$")
 total = re.compile(r"TOTAL\.*\s+(\d+\.\d+)s")
 def parse(path):
@@ -112,14 +119,15 @@ for size in sizes:
     runs = {s: [parse(p) for p in sorted(glob.glob(f"{out}/raw/{s}-{size}-*.txt"))] for s in stacks}
     med = {s: statistics.median(t for _, t in runs[s]) for s in stacks}
     md.append(f"\n### `--size {size}` ({rounds} rounds, median TOTAL)\n")
-    md.append("| stack | median TOTAL (s) | ratio to plain |")
-    md.append("|---|---:|---:|")
-    for s in stacks:
-        md.append(f"| {s} | {med[s]:.3f} | {med[s] / med['plain']:.2f}× |")
-    chart.append((size, med["acsecure"] / med["plain"], med["sqlcipher"] / med["plain"]))
-    md.append(f"\nPer test (`--size {size}`): median time ÷ plain's median\n")
-    md.append("| test | plain (s) | acsecure | sqlcipher |")
+    rss = {s: statistics.median(int(open(p).read().split()[-1]) for p in glob.glob(f"{out}/raw/{s}-{size}-*.rss")) for s in stacks}
+    md.append("| stack | median TOTAL (s) | ratio to plain | median peak RSS (MiB) |")
     md.append("|---|---:|---:|---:|")
+    for s in stacks:
+        md.append(f"| {s} | {med[s]:.3f} | {med[s] / med['plain']:.2f}× | {rss[s] / 1024:.1f} |")
+    chart.append((size, med["acsecure"] / med["plain"], med["acsecure-nocache"] / med["plain"], med["sqlcipher"] / med["plain"]))
+    md.append(f"\nPer test (`--size {size}`): median time ÷ plain's median\n")
+    md.append("| test | plain (s) | acsecure | acsecure-nocache | sqlcipher |")
+    md.append("|---|---:|---:|---:|---:|")
     ids = sorted(runs["plain"][0][0])
     for i in ids:
         name = runs["plain"][0][0][i][0]
@@ -127,11 +135,11 @@ for size in sizes:
         if "plain" not in m: continue
         base = m["plain"]
         cell = lambda s: (f"{m[s] / base:.2f}×" if base > 0 else "–") if s in m else "n/a"
-        md.append(f"| {i} {name} | {base:.3f} | {cell('acsecure')} | {cell('sqlcipher')} |")
+        md.append(f"| {i} {name} | {base:.3f} | {cell('acsecure')} | {cell('acsecure-nocache')} | {cell('sqlcipher')} |")
 open(f"{out}/results.md", "w").write("\n".join(md) + "\n")
 with open(f"{out}/ratios.dat", "w") as f:
-    f.write("# size acsecure/plain sqlcipher/plain\n")
-    for size, a, c in chart: f.write(f'"--size {size}" {a:.4f} {c:.4f}\n')
+    f.write("# size acsecure/plain acsecure-nocache/plain sqlcipher/plain\n")
+    for size, a, n, c in chart: f.write(f'"--size {size}" {a:.4f} {n:.4f} {c:.4f}\n')
 print("\n".join(md))
 PY
 if command -v gnuplot >/dev/null; then
@@ -147,7 +155,7 @@ set ylabel "ratio to plain (lower is better)"
 set grid ytics
 set key top left
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2
-plot "$out/ratios.dat" using 2:xtic(1) title "acsecure VFS", "" using 3 title "SQLCipher"
+plot "$out/ratios.dat" using 2:xtic(1) title "acsecure VFS, read cache", "" using 3 title "acsecure VFS, no read cache", "" using 4 title "SQLCipher"
 GP
     echo "sqlite-speedtest: chart $out/sqlite-speedtest.svg" >&2
 fi

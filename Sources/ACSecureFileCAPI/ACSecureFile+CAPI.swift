@@ -26,14 +26,28 @@ public func ACSecureFile_openWithMode(_ path: UnsafePointer<CChar>?, _ oflag: In
 public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t, _ options: UInt32) -> Int32 {
     CResult.withoutFile { () throws(SecureFileError) -> Int32 in
         let path = try cPath(path, "ACSecureFileOpenWithOptions")
-        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED)
+        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED | ACSECURE_OPEN_READ_CACHE)
         guard options & ~known == 0 else {
             throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): unknown option bits \(String(options & ~known, radix: 16))")
         }
         let sharing: SecureFile.Sharing = options & UInt32(ACSECURE_OPEN_SHARED) != 0 ? .processes : .thisProcess
         let buffering: SecureFile.Buffering = options & UInt32(ACSECURE_OPEN_WRITE_BACK) != 0 ? .writeBack : .writeThrough
-        return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode, sharing: sharing, buffering: buffering))
+        let readCache = options & UInt32(ACSECURE_OPEN_READ_CACHE) != 0 ? try readCacheFromEnvironment(path) : .off
+        return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode, sharing: sharing, buffering: buffering,
+                                                    readCache: readCache))
     }
+}
+
+/// `ACSECURE_READ_CACHE_MIB`: whole MiB from 1 to 1024, 0 for no cache; 16 when unset.
+private func readCacheFromEnvironment(_ path: String) throws(SecureFileError) -> SecureFile.ReadCache {
+    guard let raw = getenv("ACSECURE_READ_CACHE_MIB") else { return .bytes(SecureFile.ReadCache.defaultMiB << 20) }
+    let text = String(cString: raw)
+    let maxMiB = SecureFile.ReadCache.validBytes.upperBound >> 20
+    guard !text.isEmpty, text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+          let mib = Int(text), mib <= maxMiB else {
+        throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): ACSECURE_READ_CACHE_MIB=\(text) (allowed: 0 for none, 1 to \(maxMiB))")
+    }
+    return mib == 0 ? .off : .bytes(mib << 20)
 }
 
 /// A recovered interrupted write is reported right after the open (ACSecureFileLastError).

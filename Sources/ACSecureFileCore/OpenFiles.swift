@@ -30,6 +30,7 @@ enum OpenFiles {
         var create: Bool
         var truncate: Bool
         var coordinated: Bool
+        var readCacheBytes = 0
     }
 
     static func acquire(_ r: Request) throws(SecureFileError) -> SharedFile {
@@ -90,11 +91,14 @@ enum OpenFiles {
         return files.compactMap { f in f.lock.withLock { f.loadFailed || f.header == nil && f.size == 0 ? nil : f.size } }.max()
     }
 
-    static func release(_ shared: SharedFile) {
+    /// Returns whether that was the file's last handle (then no new handle can reach `shared`).
+    @discardableResult
+    static func release(_ shared: SharedFile) -> Bool {
         table.withLock { table in
             shared.refCount -= 1
             let key = Key(identity: shared.identity, services: ObjectIdentifier(shared.services))
             if shared.refCount == 0, table[key] === shared { table[key] = nil }
+            return shared.refCount == 0
         }
     }
 
@@ -112,7 +116,11 @@ enum OpenFiles {
                 throw .posix(e.rawValue, "\(r.path): dup")
             }
         }
-        if r.coordinated { existing.coordinated = true }
+        if r.coordinated {
+            existing.coordinated = true
+            existing.dropReadCache()
+        }
+        existing.requestReadCache(bytes: r.readCacheBytes)
         guard r.truncate else { return }
         try existing.ensureKeys()
         if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
@@ -143,6 +151,7 @@ enum OpenFiles {
         }
         shared.ioFDWritable = r.writable
         shared.coordinated = r.coordinated
+        shared.requestReadCache(bytes: r.readCacheBytes)
         if r.coordinated, case .failure(let e) = Sys.lockFile(r.fd, Int16(r.writable ? F_WRLCK : F_RDLCK)) {
             throw SecureFileError.posix(e.rawValue, "\(r.path): lock")
         }

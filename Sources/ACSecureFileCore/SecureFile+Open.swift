@@ -23,6 +23,12 @@ extension SecureFile {
     ///     with `write(2)`; `.writeBack`: small writes are collected in memory and reach the file at
     ///     `flush()`, `sync()`, `close()`, a services lock or normal process exit — faster, but a
     ///     crash, `_exit` or SIGKILL loses them. `ACSECURE_BUFFERING=write-back` makes it the default.
+    ///   - readCache: `.off` (default): a chunk read again is read and decrypted again (the kernel's
+    ///     page cache still holds its ciphertext); `.bytes(n)`: up to `n` bytes of decrypted chunks
+    ///     are kept in guarded memory (allocated at the first read), so reading a chunk again costs a
+    ///     copy. The file's state is shared by this process's handles: it gets the largest cache any
+    ///     of them asked for. Ignored in coordinated mode (`.processes`), where every operation
+    ///     would have to drop it. See docs/FORMAT.md "Caching, durability, concurrency and crashes".
     ///   - services: the key provider; defaults to `SecureServices.current`, started from the
     ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
@@ -32,10 +38,15 @@ extension SecureFile {
     public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
                             services: (any KeyProvider)? = nil,
                             sharing: Sharing = .environmentDefault,
-                            buffering: Buffering = .environmentDefault) throws(SecureFileError) -> SecureFile {
+                            buffering: Buffering = .environmentDefault,
+                            readCache: ReadCache = .off) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
             throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
+        }
+        if case .bytes(let n) = readCache, !ReadCache.validBytes.contains(n) {
+            throw SecureFileError(code: .invalidArgument, errno: EINVAL,
+                                  message: "\(path): read cache of \(n) bytes (allowed: \(ReadCache.validBytes.lowerBound) to \(ReadCache.validBytes.upperBound))")
         }
         let services = try resolveServices(services, path)
         guard services.keyGeneration != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
@@ -81,7 +92,8 @@ extension SecureFile {
         do {
             shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
                                                  writable: kernelWritable, create: flags & O_CREAT != 0,
-                                                 truncate: truncate, coordinated: sharing == .processes))
+                                                 truncate: truncate, coordinated: sharing == .processes,
+                                                 readCacheBytes: readCache.bytes))
         } catch {
             _ = Sys.close(fd)
             throw error
@@ -106,6 +118,21 @@ extension SecureFile {
             if let v = getenv("ACSECURE_BUFFERING"), ["write-back", "writeback"].contains(String(cString: v)) { return .writeBack }
             return .writeThrough
         }
+    }
+
+    /// Whether decrypted chunks are kept for reading again (per file and process).
+    public enum ReadCache: Sendable, Equatable {
+        /// Every read of a chunk not in the one-chunk cache reads and decrypts it.
+        case off
+        /// Up to this many bytes of decrypted chunks (`validBytes`), in guarded memory.
+        case bytes(Int)
+
+        /// 64 KiB to 1 GiB.
+        public static let validBytes = (64 << 10)...(1 << 30)
+        /// The size the C API uses when `ACSECURE_READ_CACHE_MIB` is not set: 16 MiB.
+        public static let defaultMiB = 16
+
+        var bytes: Int { if case .bytes(let n) = self { n } else { 0 } }
     }
 
     /// Who else may use the file while it is open.

@@ -281,7 +281,10 @@ public final class SecureFile: @unchecked Sendable {
             do { try shared.flushRun() } catch { flushError = flushError ?? error }
         }
         shared.lock.unlock()
-        OpenFiles.release(shared)
+        if OpenFiles.release(shared) {
+            // Closed handles keep the state alive, not its cached plaintext.
+            shared.lock.withLock { shared.dropReadCache() }
+        }
         if case .failure(let e) = Sys.close(fileDescriptor), flushError == nil {
             throw .posix(e.rawValue, "\(path): close")
         }

@@ -28,7 +28,8 @@ extension SharedFile {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
         // Nothing cached (the usual case: every operation ends by dropping a dirty chunk, and reads of
         // whole chunks bypass the cache) means nothing stale to drop.
-        if cacheIndex >= 0 || cacheDirty { dropCache() }
+        if cacheIndex >= 0 { dropCache() }
+        if readCache != nil { dropReadCache() }  // coordinated files have none; a handle may have just asked
         if !exclusive, !recheckFileID, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
            tailVerified, tailFailure == nil, pendingTailRepair == nil {
             return

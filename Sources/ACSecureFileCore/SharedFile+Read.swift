@@ -38,6 +38,12 @@ extension SharedFile {
                 pos += Int64(m)
                 continue
             }
+            // The last chunk only once its end is authenticated (an uncached read checks it).
+            if let slot = readCacheSlot(index), tailVerified || index < onDisk - 1 {
+                dst.copyMemory(from: slot + inChunk, byteCount: m)
+                pos += Int64(m)
+                continue
+            }
             let diskLength = layout.chunkLength(index, size: diskSize)
             if inChunk == 0 && m >= diskLength {
                 // Whole chunks: decrypt straight into the caller's buffer, many per system call.
@@ -46,12 +52,18 @@ extension SharedFile {
                 while run < maxRun {
                     let next = index + Int64(run)
                     let nextPos = pos + Int64(run) << Int64(layout.chunkShift)
-                    guard next < onDisk, next != cacheIndex, !runHolds(next),
+                    guard next < onDisk, next != cacheIndex, !runHolds(next), readCache?.holds(next) != true,
                           nextPos + Int64(layout.chunkLength(next, size: diskSize)) <= end else { break }
                     run += 1
                 }
                 try readChunksFromDisk(first: index, count: run) { i in
                     buffer + Int((i << Int64(self.layout.chunkShift)) - offset)
+                }
+                if readCacheBytes > 0 {
+                    for i in index..<index + Int64(run) {
+                        readCacheStore(i, from: buffer + Int((i << Int64(layout.chunkShift)) - offset),
+                                       length: layout.chunkLength(i, size: diskSize))
+                    }
                 }
                 let runEnd = min(end, (index + Int64(run)) << Int64(layout.chunkShift))
                 // A chunk shorter than the span asked for (the disk's last chunk, with a hole after it
@@ -65,6 +77,7 @@ extension SharedFile {
                 continue
             }
             try loadCache(index)
+            readCacheStore(index, from: cacheBase, length: cacheLength)
             dst.copyMemory(from: cacheBase + inChunk, byteCount: m)
             pos += Int64(m)
         }
@@ -78,6 +91,12 @@ extension SharedFile {
         cacheIndex = -1
         cache.wipe()
         cacheLength = 0
+        if let slot = readCacheSlot(index), tailVerified || index < diskChunks - 1 {
+            cacheLength = layout.chunkLength(index, size: diskSize)
+            cacheBase.copyMemory(from: slot, byteCount: cacheLength)
+            cacheIndex = index
+            return
+        }
         try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
         cacheLength = layout.chunkLength(index, size: diskSize)
         cacheIndex = index

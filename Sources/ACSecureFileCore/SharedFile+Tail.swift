@@ -38,6 +38,7 @@ extension SharedFile {
             diskSize = validSize
             size = max(validSize, runEnd)
             if cacheIndex >= diskChunks { dropCache() }
+            dropReadCache()  // the end moved: its last chunk may be another length now
             pendingTailRepair = validEnd < physical ? validEnd : nil
             bytesAfterAuthenticatedEnd = physical - validEnd
             tailVerified = true
@@ -183,6 +184,7 @@ extension SharedFile {
     /// and authenticate the end again (a failure to do so is kept in `tailFailure`).
     func resynchronizeAfterFailedWrite() {
         tailVerified = false
+        dropReadCache()
         if case .success(let physical) = Sys.fileSize(ioFD) {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize
         }

@@ -18,6 +18,7 @@ extension SharedFile {
             // Buffered writes are cut with the rest.
             dropRun()
             dropCache()
+            dropReadCache()
             try startNewGeneration()
             return
         }
@@ -34,6 +35,8 @@ extension SharedFile {
             }
         } else if length < diskSize {
             let lastIndex = (length - 1) >> shift
+            // The chunk the new end is in (rewritten shorter) and every chunk after it.
+            readCacheDrop(from: lastIndex)
             if length > 0 && layout.chunkLength(lastIndex, size: length) != layout.chunkLength(lastIndex, size: diskSize) {
                 // Inside a chunk: first cut after that chunk (a new trailer over bytes being cut),
                 // then rewrite it shorter with its trailer, then cut again.
@@ -79,6 +82,7 @@ extension SharedFile {
             throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
         try setLayout(newLayout)
+        dropReadCache()
         cipher = newCipher
         dataKey = newKey
         header = newHeader

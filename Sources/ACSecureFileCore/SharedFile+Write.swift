@@ -154,6 +154,10 @@ extension SharedFile {
         }
         if index == cacheIndex { return }
         buffer.wipe()
+        if let slot = readCacheSlot(index), tailVerified || index < diskChunks - 1 {
+            target.copyMemory(from: slot, byteCount: layout.chunkLength(index, size: diskSize))
+            return
+        }
         try readChunksFromDisk(first: index, count: 1) { _ in target }
     }
 
@@ -182,17 +186,27 @@ extension SharedFile {
             // A fresh random nonce for every chunk written, even when rewriting the same chunk.
             let nonceCount = k + (touchesEnd ? 1 : 0)
             NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: nonces, count: nonceCount * FileLayout.nonceSize))
-            for j in 0..<k {
-                let c = buf + j * physical
-                (c + layout.selectorSize).copyMemory(from: nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
-                let index = i + Int64(j)
-                if touchesEnd && j == k - 1 { try reserveLastChunkAndTrailerSeals(cipher: cipher) }
-                try sealChunk(c, index: index, plaintext: source(index), count: j == k - 1 ? lastLength : chunkSize, cipher: cipher)
-            }
-            if touchesEnd {
-                let t = buf + (k - 1) * physical + lastLength + layout.chunkOverhead
-                (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
-                try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
+            // The read cache gets each chunk as it is sealed; if the batch does not reach the disk
+            // (a failed seal here, a failed write below), its chunks are dropped again.
+            do {
+                for j in 0..<k {
+                    let c = buf + j * physical
+                    (c + layout.selectorSize).copyMemory(from: nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
+                    let index = i + Int64(j)
+                    if touchesEnd && j == k - 1 { try reserveLastChunkAndTrailerSeals(cipher: cipher) }
+                    let plaintext = source(index)
+                    let length = j == k - 1 ? lastLength : chunkSize
+                    try sealChunk(c, index: index, plaintext: plaintext, count: length, cipher: cipher)
+                    readCacheStore(index, from: plaintext, length: length)
+                }
+                if touchesEnd {
+                    let t = buf + (k - 1) * physical + lastLength + layout.chunkOverhead
+                    (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
+                    try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
+                }
+            } catch {
+                readCacheDrop(from: i)
+                throw error
             }
             do {
                 try repairTornTailIfNeeded()
@@ -208,6 +222,7 @@ extension SharedFile {
                     try checkIO(Sys.pwriteFull(ioFD, buf, bytes, start), "write")
                 }
             } catch {
+                readCacheDrop(from: i)
                 resynchronizeAfterFailedWrite()
                 throw error
             }

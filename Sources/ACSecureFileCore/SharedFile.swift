@@ -17,7 +17,7 @@ import ACSystemCalls
 ///   complete chunks ending in a trailer that authenticates its length, possibly followed by bytes
 ///   of an interrupted extension (see `SharedFile+Tail.swift` for how they are recovered).
 /// - At most one chunk is cached (`cacheIndex`), always as it is on disk; its buffer is zero beyond
-///   `cacheLength`.
+///   `cacheLength`. The opt-in read cache (`readCache`) holds more, also as they are on disk.
 /// - Writes of write-back handles that are not on disk yet are in the write-back run
 ///   (`SharedFile+WriteBack.swift`): at most `writeBackRunBytes` of contiguous chunks. A
 ///   write-through call writes it out before it changes the file.
@@ -83,6 +83,12 @@ final class SharedFile: @unchecked Sendable {
     var cacheIndex: Int64 = -1
     var cacheLength = 0
     var cache: SecureBuffer
+    // The opt-in read cache (`SharedFile+ReadCache.swift`): many chunks as they are on disk.
+    /// The size the handles asked for (the largest), 0 for none.
+    var readCacheBytes = 0
+    var readCache: ChunkReadCache?
+    /// Its guarded memory could not be allocated: read without it.
+    var readCacheUnavailable = false
     // The write-back run: chunks `runFirst...` written by write-back handles, not yet on disk.
     /// Guarded plaintext, allocated at the first write-back write (`writeBackRunBytes`).
     var run: SecureBuffer? {
@@ -141,6 +147,7 @@ final class SharedFile: @unchecked Sendable {
     func setLayout(_ newLayout: FileLayout) throws(SecureFileError) {
         guard newLayout.chunkSize != layout.chunkSize else { layout = newLayout; return }
         precondition(runFirst < 0, "the write-back run is written before the file changes")
+        dropReadCache()
         run = nil  // allocated again for the new chunk size when needed
         do throws(CryptoError) {
             let newCache = try SecureBuffer(count: newLayout.chunkSize)
@@ -192,6 +199,7 @@ final class SharedFile: @unchecked Sendable {
         }
         dropRun()
         dropCache()
+        dropReadCache()
         work.wipe()
         cipher = nil
         dataKey = nil

@@ -60,6 +60,7 @@ typedef struct ACSQLInode {
     ino_t ino;
     int fd;              /* secure descriptor; -1 after a failed reopen */
     int oflag;           /* how fd was opened */
+    unsigned int options; /* and with which ACSECURE_OPEN_* options */
     char *path;
     int refs;            /* connections using it */
     uint64_t seen;       /* the change mark when fd was last made current */
@@ -117,7 +118,7 @@ static int acsqlRefresh(ACSQLFile *f) {
     if (mark != node->seen || node->fd < 0) {
         /* Close first: while any descriptor is open the engine keeps the old state. */
         if (node->fd >= 0) ACSecureFileClose(node->fd);
-        int fd = ACSecureFileOpenWithOptions(node->path, node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC), 0, 0);
+        int fd = ACSecureFileOpenWithOptions(node->path, node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC), 0, node->options);
         __atomic_store_n(&node->fd, fd, __ATOMIC_RELEASE);
         if (fd < 0) {
             f->lastErrno = errno;
@@ -557,7 +558,7 @@ static int acsqlOpenLockFile(ACSQLFile *f, const char *dbPath, int readOnly) {
 }
 
 /* Makes f->fd the process's descriptor of its database, or closes it in favour of the one there is. */
-static int acsqlShareDescriptor(ACSQLFile *f, int oflag, uint64_t markBeforeOpen) {
+static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, uint64_t markBeforeOpen) {
     struct stat st;
     if (ACSecureFstat(f->fd, &st) != 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
     int rc = SQLITE_OK, closeFD = -1;
@@ -572,7 +573,7 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, uint64_t markBeforeOpen
             sqlite3_free(path);
             rc = SQLITE_NOMEM;
         } else {
-            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, path, 0, markBeforeOpen, NULL, acsqlInodes};
+            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, options, path, 0, markBeforeOpen, NULL, acsqlInodes};
             acsqlInodes = node;
         }
     } else if ((oflag & O_ACCMODE) == O_RDWR && (node->oflag & O_ACCMODE) != O_RDWR) {
@@ -580,6 +581,7 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, uint64_t markBeforeOpen
         closeFD = node->fd;
         __atomic_store_n(&node->fd, f->fd, __ATOMIC_RELEASE);
         node->oflag = oflag;
+        node->options = options;
     } else {
         closeFD = f->fd;
     }
@@ -608,6 +610,12 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
      * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
     int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
     unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
+    /* The database keeps decrypted pages in the engine's read cache (ACSECURE_READ_CACHE_MIB, 16 MiB
+     * by default), as the kernel's page cache keeps a plain database's; ?acsecure_read_cache=0 turns
+     * it off. Journals are read back only to roll back. */
+    if ((type & SQLITE_OPEN_MAIN_DB) && name != NULL && sqlite3_uri_boolean(name, "acsecure_read_cache", 1)) {
+        options |= ACSECURE_OPEN_READ_CACHE;
+    }
 
     if (name == NULL) {
         /* An anonymous temporary file: a fresh secure file that is unlinked at once. */
@@ -704,7 +712,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
         }
         if (type & SQLITE_OPEN_MAIN_DB) {
             int rc = acsqlOpenLockFile(f, name, readOnly);
-            if (rc == SQLITE_OK) rc = acsqlShareDescriptor(f, readOnly ? (oflag & ~O_RDWR) | O_RDONLY : oflag, markBeforeOpen);
+            if (rc == SQLITE_OK) rc = acsqlShareDescriptor(f, readOnly ? (oflag & ~O_RDWR) | O_RDONLY : oflag, options, markBeforeOpen);
             if (rc != SQLITE_OK) {
                 if (f->lockFD >= 0) close(f->lockFD);
                 f->lockFD = -1;

@@ -54,8 +54,10 @@ final class DifferentialTests: XCTestCase {
     /// Paranoid mode: after every step, flush everything and read the disk through independent state.
     /// `writeBack`: three handles in four are opened with write-back buffering (the others write
     /// through), so buffered runs meet reads, writes and truncations of both kinds of handle.
+    /// `readCache`: three handles in four ask for a read cache of that many bytes (the file gets it
+    /// while any of them is open), and operation 13 locks and unlocks services (which drops it).
     func runSequence(seed: UInt64, operations: Int, env: TestEnvironment, paranoid: SecureServices? = nil,
-                     writeBack: Bool = false) throws {
+                     writeBack: Bool = false, readCache: Int = 0) throws {
         var rng = SplitMix64(seed: seed)
         let plainPath = env.path("plain-\(seed)")
         let securePath = env.path("secure-\(seed)")
@@ -74,8 +76,10 @@ final class DifferentialTests: XCTestCase {
         func openPair(_ flags: Int32) {
             let p = open(plainPath, flags, 0o644)
             let buffering: SecureFile.Buffering = writeBack && Int.random(in: 0..<4, using: &rng) != 0 ? .writeBack : .environmentDefault
+            let cache: SecureFile.ReadCache = readCache > 0 && Int.random(in: 0..<4, using: &rng) != 0 ? .bytes(readCache) : .off
             let s = secureResult { () throws -> Int64 in
-                let f = try SecureFile.open(securePath, flags: flags, mode: 0o644, services: env.services, buffering: buffering)
+                let f = try SecureFile.open(securePath, flags: flags, mode: 0o644, services: env.services, buffering: buffering,
+                                            readCache: cache)
                 pairs.append(Pair(plain: p, secure: f, flags: flags))
                 return 0
             }
@@ -185,6 +189,10 @@ final class DifferentialTests: XCTestCase {
                 let a: Outcome = lstat(plainPath, &st) == 0 ? .value(Int64(st.st_size)) : .failure(errno)
                 let b = secureResult { Int64(try SecureFileSystem.lstat(securePath).st_size) }
                 check(a, b, "\(step) lstat")
+            case 13 where readCache > 0: // services lock (write-back runs written, caches wiped) and unlock
+                env.services.lock()
+                try env.services.unlock(passcode: nil)
+                log.append("\(step) lock+unlock")
             default: // fsync
                 let a = plainResult(Int(fsync(pair.plain)))
                 let b = secureResult { try pair.secure.sync(); return 0 }
@@ -258,6 +266,34 @@ final class DifferentialTests: XCTestCase {
         let independent = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
         for s in 0..<UInt64(40) {
             try runSequence(seed: 4_000_000 + s, operations: 80, env: env, paranoid: independent, writeBack: true)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+    }
+
+    /// With read caches: 64 KiB (16 chunks, so chunks of one set keep evicting each other) and
+    /// 1 MiB (everything fits), with and without write-back handles.
+    func testRandomSequencesMatchPOSIXWithReadCache() throws {
+        let env = try TestEnvironment()
+        let sequences = Int(ProcessInfoless.env("ACSECURE_DIFF_SEQUENCES") ?? "") ?? 800
+        let base = UInt64(ProcessInfoless.env("ACSECURE_DIFF_SEED") ?? "") ?? 1
+        for s in 0..<UInt64(sequences) {
+            try runSequence(seed: 6_000_000 + base + s, operations: 80, env: env, writeBack: s % 2 == 1,
+                            readCache: s % 4 < 2 ? 64 << 10 : 1 << 20)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+        for s in 0..<UInt64(10) {
+            try runSequence(seed: 7_000_000 + s, operations: 800, env: env, writeBack: s % 2 == 1, readCache: 64 << 10)
+            if testRun?.failureCount ?? 0 > 0 { break }
+        }
+    }
+
+    /// Read caches: after every step, sync every handle and read the disk through independent state.
+    func testDiskStateAfterEveryStepWithReadCache() throws {
+        let env = try TestEnvironment()
+        let independent = try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
+        for s in 0..<UInt64(40) {
+            try runSequence(seed: 8_000_000 + s, operations: 80, env: env, paranoid: independent, writeBack: s % 2 == 1,
+                            readCache: 64 << 10)
             if testRun?.failureCount ?? 0 > 0 { break }
         }
     }

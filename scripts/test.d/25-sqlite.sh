@@ -6,7 +6,8 @@
 #     one database, and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
 #     synchronous=FULL, then at half as many with synchronous=OFF;
 #   - Examples/c/secure-sqlite.c;
-#   - the sqlite3 shell loading libacsecuresqlite_ext.so.
+#   - the sqlite3 shell loading libacsecuresqlite_ext.so (with ?acsecure_read_cache=0);
+#   - the workload again without the read cache (ACSECURE_READ_CACHE_MIB=0), and a bad size refused.
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   SQLITE_KILLS, SQLITE_SEED (default: the time; printed, so a failure can be replayed).
 set -euo pipefail
@@ -32,6 +33,13 @@ export ACSECURE_HOME="$work/store" ACSECURE_APP_ID="test-sqlite" ACSECURE_CREATE
 
 status=0
 mkdir "$work/workload" && "$work/sqlite_vfs" workload "$work/workload" || status=1
+# The database's read cache (on by default) off, and a bad size refused.
+mkdir "$work/workload-nocache" && ACSECURE_READ_CACHE_MIB=0 "$work/sqlite_vfs" workload "$work/workload-nocache" || status=1
+if (cd "$work" && ACSECURE_READ_CACHE_MIB=lots ./secure-sqlite bad-cache.db "x") >"$work/bad-cache.out" 2>&1; then
+    echo "read cache: FAIL: ACSECURE_READ_CACHE_MIB=lots opened the database" >&2; status=1
+else
+    echo "read cache: ACSECURE_READ_CACHE_MIB=lots refuses to open the database"
+fi
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
 mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" FULL || status=1
@@ -45,7 +53,7 @@ if grep -q "2: second note" "$work/example.out" && ! grep -q "second note" "$wor
 else
     echo "examples: FAIL: secure-sqlite" >&2; cat "$work/example.out" >&2; status=1
 fi
-shell_out="$(cd "$work" && sqlite3 -batch :memory: ".load $work/prefix/lib/libacsecuresqlite_ext" ".open file:notes.db?vfs=acsecure" \
+shell_out="$(cd "$work" && sqlite3 -batch :memory: ".load $work/prefix/lib/libacsecuresqlite_ext" ".open file:notes.db?vfs=acsecure&acsecure_read_cache=0" \
     "SELECT group_concat(body, ',') FROM note;" 2>&1)" || true
 if [ "$shell_out" = "first note,second note" ]; then
     echo "sqlite3 shell: .load libacsecuresqlite_ext and ?vfs=acsecure read the example's database"

@@ -111,6 +111,15 @@ enum {
     /** Coordinated mode: other processes read and write the file at the same time (record lock,
      *  reread and write-through per call). */
     ACSECURE_OPEN_SHARED = 1u << 1,
+    /** Read cache: decrypted chunks are kept in guarded memory (allocated at the first read), so
+     *  a chunk read again costs a copy instead of a pread and a decryption. Its size is
+     *  ACSECURE_READ_CACHE_MIB from the environment: whole MiB from 1 to 1024, 0 for no cache,
+     *  16 when unset; any other value fails the open with EINVAL. The file's state is shared by
+     *  the process's descriptors of it: it gets the largest cache any of them asked for. Ignored
+     *  with ACSECURE_OPEN_SHARED (every call would have to drop it). Without guarded memory for it
+     *  the file is read without a cache. Like the one-chunk cache, a chunk changed on disk by
+     *  someone else while it is cached is not read again (docs/FORMAT.md, threat model). */
+    ACSECURE_OPEN_READ_CACHE = 1u << 2,
 };
 
 /**

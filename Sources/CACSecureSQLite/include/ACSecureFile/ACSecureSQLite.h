@@ -38,6 +38,14 @@
  * and in a database while the database's journal exists (the rollback restores the page);
  * anywhere else it is an error (SQLITE_IOERR_READ), never wrong data.
  *
+ * Read cache: the database (not its journals or temporary files) is opened with
+ * ACSECURE_OPEN_READ_CACHE, so pages SQLite's own page cache has evicted come back as a copy of
+ * decrypted memory, as a plain database's come from the kernel's page cache: ACSECURE_READ_CACHE_MIB
+ * sets its size per process and database (whole MiB, 1 to 1024; 16 when unset; 0 turns it off; any
+ * other value makes the open fail with SQLITE_CANTOPEN), and the URI parameter
+ * ?acsecure_read_cache=0 turns it off for one database. It is guarded memory, dropped when another
+ * process's change makes the VFS reopen the database, and wiped when secure services lock.
+ *
  * WAL: not provided (it needs shared memory for its index). PRAGMA journal_mode=WAL fails with
  * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
  *
