@@ -31,6 +31,8 @@ enum OpenFiles {
         var truncate: Bool
         var coordinated: Bool
         var readCacheBytes = 0
+        /// The file's length from the opener's `fstat` (reread under the record lock in coordinated mode).
+        var physicalSize: Int64
     }
 
     static func acquire(_ r: Request) throws(SecureFileError) -> SharedFile {
@@ -156,10 +158,13 @@ enum OpenFiles {
             throw SecureFileError.posix(e.rawValue, "\(r.path): lock")
         }
         defer { if r.coordinated { _ = Sys.lockFile(r.fd, Int16(F_UNLCK)) } }
-        let physical: Int64
-        switch Sys.fstat(r.fd) {
-        case .success(let st): physical = Int64(st.st_size)
-        case .failure(let e): throw .posix(e.rawValue, r.path)
+        // The opener's fstat is current unless another process may have changed the file before the lock.
+        var physical = r.physicalSize
+        if r.coordinated {
+            switch Sys.fstat(r.fd) {
+            case .success(let st): physical = Int64(st.st_size)
+            case .failure(let e): throw .posix(e.rawValue, r.path)
+            }
         }
         var parsed: Result<FileHeader, HeaderParseError> = .failure(.tooShort)
         if physical > 0 {
@@ -181,7 +186,7 @@ enum OpenFiles {
             // The end is authenticated at open (O(1)); an interrupted write is recovered here. A
             // file whose end does not authenticate still opens: its tail reports the error when
             // read, and every change but a cut to 0 is refused.
-            do { try shared.verifyTrailerIfNeeded() } catch {
+            do { try shared.verifyTrailerIfNeeded(physicalSize: physical) } catch {
                 if error.code != .badKeyOrCorruptData { throw error }
             }
             if r.truncate { try shared.truncate(to: 0) }

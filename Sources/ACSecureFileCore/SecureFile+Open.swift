@@ -93,7 +93,7 @@ extension SecureFile {
             shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
                                                  writable: kernelWritable, create: flags & O_CREAT != 0,
                                                  truncate: truncate, coordinated: sharing == .processes,
-                                                 readCacheBytes: readCache.bytes))
+                                                 readCacheBytes: readCache.bytes, physicalSize: Int64(st.st_size)))
         } catch {
             _ = Sys.close(fd)
             throw error
@@ -107,9 +107,10 @@ extension SecureFile {
         /// Each write is in the file when it returns (as `write(2)`): it survives the writer's
         /// exit, `_exit` or SIGKILL, and a fresh open anywhere reads it. `sync()` makes it durable.
         case writeThrough
-        /// Small writes are collected in a one-chunk buffer, like stdio's: they reach the file at
-        /// `flush()`, `sync()`, `close()`, a move to another chunk, a services lock and normal
-        /// process exit; `_exit`, a crash or SIGKILL lose them. A failed deferred write is
+        /// Small writes are collected in memory (the write-back run: up to 128 KiB of contiguous
+        /// chunks), like stdio's buffer: they reach the file at `flush()`, `sync()`, `close()`, a
+        /// write that does not continue the run, a services lock and normal process exit; `_exit`,
+        /// a crash or SIGKILL lose them. A failed deferred write is
         /// reported by the handle's next call and by its close.
         case writeBack
 

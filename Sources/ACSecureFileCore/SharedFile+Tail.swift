@@ -18,11 +18,13 @@ import ACSystemCalls
 extension SharedFile {
     /// Checks (once after each change of the disk's length) that the file ends where it was
     /// written to end. Throws `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR` if no end authenticates.
-    func verifyTrailerIfNeeded() throws(SecureFileError) {
+    /// - Parameter physicalSize: the file's length when the caller has just read it (an open).
+    func verifyTrailerIfNeeded(physicalSize: Int64? = nil) throws(SecureFileError) {
         if tailVerified { return }
         if let tailFailure { throw tailFailure }
         guard hasHeader, cipher != nil else { return }
-        let physical = try checkIO(Sys.fileSize(ioFD), "statx")
+        let physical: Int64
+        if let physicalSize { physical = physicalSize } else { physical = try checkIO(Sys.fileSize(ioFD), "statx") }
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         var trailerOnly = false
         if physical == end {
