@@ -38,8 +38,7 @@ extension SharedFile {
                 pos += Int64(m)
                 continue
             }
-            // The last chunk only once its end is authenticated (an uncached read checks it).
-            if let slot = readCacheSlot(index), tailVerified || index < onDisk - 1 {
+            if let slot = readCacheSlot(index) {
                 dst.copyMemory(from: slot + inChunk, byteCount: m)
                 pos += Int64(m)
                 continue
@@ -77,28 +76,23 @@ extension SharedFile {
                 continue
             }
             try loadCache(index)
-            readCacheStore(index, from: cacheBase, length: cacheLength)
             dst.copyMemory(from: cacheBase + inChunk, byteCount: m)
             pos += Int64(m)
         }
         return Int(pos - offset)
     }
 
-    /// Makes chunk `index` (on disk) the cached chunk.
+    /// Makes chunk `index` (on disk) the cached chunk, read from disk (the caller has found it in
+    /// neither cache), and keeps it in the read cache too.
     func loadCache(_ index: Int64) throws(SecureFileError) {
         if index == cacheIndex { return }
         precondition(index < diskChunks, "the read cache holds chunks as they are on disk")
         cacheIndex = -1
         cache.wipe()
         cacheLength = 0
-        if let slot = readCacheSlot(index), tailVerified || index < diskChunks - 1 {
-            cacheLength = layout.chunkLength(index, size: diskSize)
-            cacheBase.copyMemory(from: slot, byteCount: cacheLength)
-            cacheIndex = index
-            return
-        }
         try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
         cacheLength = layout.chunkLength(index, size: diskSize)
         cacheIndex = index
+        readCacheStore(index, from: cacheBase, length: cacheLength)
     }
 }

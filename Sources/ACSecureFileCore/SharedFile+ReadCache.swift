@@ -98,9 +98,10 @@ final class ChunkReadCache {
 }
 
 extension SharedFile {
-    /// The read cache's plaintext of chunk `index`, if it holds it.
+    /// The read cache's plaintext of chunk `index`, if it holds it and may serve it: the disk's last
+    /// chunk only once the end is authenticated (an uncached read of it checks the end).
     @inline(__always) func readCacheSlot(_ index: Int64) -> UnsafeMutableRawPointer? {
-        guard let readCache else { return nil }
+        guard let readCache, tailVerified || index < diskChunks - 1 else { return nil }
         return readCache.lookup(index)
     }
 

@@ -154,7 +154,7 @@ extension SharedFile {
         }
         if index == cacheIndex { return }
         buffer.wipe()
-        if let slot = readCacheSlot(index), tailVerified || index < diskChunks - 1 {
+        if let slot = readCacheSlot(index) {
             target.copyMemory(from: slot, byteCount: layout.chunkLength(index, size: diskSize))
             return
         }

@@ -84,7 +84,7 @@ extension SharedFile {
             let slot = runSlot(index)
             if index == cacheIndex {
                 slot.copyMemory(from: cacheBase, byteCount: cacheLength)
-            } else if let cached = readCacheSlot(index), tailVerified || index < diskChunks - 1 {
+            } else if let cached = readCacheSlot(index) {
                 slot.copyMemory(from: cached, byteCount: layout.chunkLength(index, size: diskSize))
             } else {
                 do { try readChunksFromDisk(first: index, count: 1) { _ in slot } } catch {
