@@ -15,10 +15,9 @@ extension SharedFile {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
             // whose end does not authenticate may be emptied too: nothing authentic is lost.
-            // Buffered writes are cut with the rest.
+            // Buffered writes are cut with the rest (startNewGeneration drops the read cache).
             dropRun()
             dropCache()
-            dropReadCache()
             try startNewGeneration()
             return
         }
