@@ -95,9 +95,26 @@ public final class SecureServices: Sendable {
     ///   directory or seed that others can access is `.storeIO` with `EACCES`); `.wrongPasscode`
     ///   when a passcode was given and is wrong. A store that needs a passcode and got none starts
     ///   unavailable, without error.
-    public init(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
-                requireProtectedStore: Bool = false, createStoreIfMissing: Bool = true,
-                argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) {
+    public convenience init(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
+                            requireProtectedStore: Bool = false, createStoreIfMissing: Bool = true,
+                            argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) {
+        try self.init(appID: appID, storeDirectory: storeDirectory, passcode: passcode, requireProtectedStore: requireProtectedStore,
+                      creation: createStoreIfMissing ? .ifMissing : .never, argonCost: argonCost)
+    }
+
+    /// Creates a new store and starts services on it (what `acsecure init` does). Unlike `init`, it
+    /// never opens an existing store: a store that exists, including one another process published
+    /// while this one was making its seed, is `.storeIO` with `EEXIST`, and nothing is changed.
+    public static func createStore(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
+                                   argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) -> SecureServices {
+        try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: passcode, requireProtectedStore: false,
+                           creation: .required, argonCost: argonCost)
+    }
+
+    private enum Creation { case ifMissing, never, required }
+
+    private init(appID: String, storeDirectory: String?, passcode: SecureBytes?, requireProtectedStore: Bool,
+                 creation: Creation, argonCost: Argon2id.Cost) throws(SecureServicesError) {
         guard !appID.isEmpty, !appID.utf8.contains(0) else {
             throw SecureServicesError(.invalidArgument, "the app ID must be a non-empty string")
         }
@@ -108,8 +125,10 @@ public final class SecureServices: Sendable {
         self.argonCost = argonCost
         self.protectedStoreRequested = requireProtectedStore
         self.protectedStoreImplied = Atomic(hasPasscode)
-        if try !store.exists() {
-            guard createStoreIfMissing else {
+        let exists = try store.exists()
+        if exists && creation == .required { throw storeAlreadyExists(raced: false) }
+        if !exists {
+            guard creation != .never else {
                 throw SecureServicesError(.noKeys, "no secure services store at \(self.storeDirectory) (no seed file); create one with "
                                           + "`acsecure init`, ACSecureServicesStart, or ACSECURE_CREATE_STORE=1")
             }
@@ -126,6 +145,7 @@ public final class SecureServices: Sendable {
                 becomeAvailable(seed: seed)
                 return
             }
+            if creation == .required { throw storeAlreadyExists(raced: true) }
         }
         let sealed = try store.load()
         let required = requireProtectedStore || hasPasscode
@@ -137,6 +157,11 @@ public final class SecureServices: Sendable {
 
     deinit {
         state.withLock { $0.disarmAutoLock() }
+    }
+
+    private func storeAlreadyExists(raced: Bool) -> SecureServicesError {
+        SecureServicesError(.storeIO, "a store already exists at \(storeDirectory)" + (raced ? " (another process created it meanwhile)" : ""),
+                            errno: EEXIST)
     }
 
     /// Whether a store (its seed file) exists in `storeDirectory`. Only a missing seed is `false`: a

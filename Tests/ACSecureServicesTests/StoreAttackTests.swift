@@ -186,6 +186,40 @@ final class StoreAttackTests: SecureServicesTestCase {
         XCTAssertEqual(try makeServices().derivedAppKey(identifier: "k").bytes, expected)
     }
 
+    /// `createStore` (what `acsecure init` uses) never opens an existing store, also when it looked
+    /// missing and another process published its seed first (simulated: the first examination of
+    /// the seed says ENOENT): `.storeIO` with EEXIST, the winner's seed untouched. A plain start in
+    /// the same race loads the winner's seed.
+    func testCreateStoreRefusesAnExistingOrRacedStore() throws {
+        let expected = try makeServices().derivedAppKey(identifier: "k").bytes
+        let seed = try XCTUnwrap(readBytes(seedPath))
+        func firstStatSaysMissing() -> SystemCallDriver {
+            let stats = LockedValue(0)
+            return SystemCallDriver { call, _, _ in
+                guard call == .stat else { return nil }
+                return stats.withLock { n in n += 1; return n == 1 } ? .fail(ENOENT) : nil
+            }
+        }
+        for raced in [false, true] {
+            do {
+                let create = { () throws(SecureServicesError) -> SecureServices in
+                    try SecureServices.createStore(appID: "com.example.app", storeDirectory: self.storeDirectory, argonCost: .minimum)
+                }
+                _ = raced ? try SystemCallDriver.with(firstStatSaysMissing(), create) : try create()
+                XCTFail("createStore over an existing store succeeded (raced: \(raced))")
+            } catch {
+                XCTAssertEqual(error.code, .storeIO, error.message)
+                XCTAssertEqual(error.errno, EEXIST, error.message)
+                XCTAssertTrue(error.message.contains(storeDirectory), error.message)
+                XCTAssertEqual(error.message.contains("another process created it meanwhile"), raced, error.message)
+            }
+            XCTAssertEqual(readBytes(seedPath), seed, "the seed was rewritten (raced: \(raced))")
+        }
+        let started = try SystemCallDriver.with(firstStatSaysMissing()) { () throws(SecureServicesError) in try makeServicesTyped() }
+        XCTAssertEqual(try started.derivedAppKey(identifier: "k").bytes, expected)
+        XCTAssertEqual(readBytes(seedPath), seed)
+    }
+
     private func makeServicesTyped() throws(SecureServicesError) -> SecureServices {
         try SecureServices(appID: "com.example.app", storeDirectory: storeDirectory, argonCost: .minimum)
     }
