@@ -43,8 +43,9 @@ let package = Package(
         // Encryption groups, extension wrapped files, derived keys, sensitive data, re-keying (NSError/Data face).
         .target(name: "ACSecureSharing", dependencies: ["ACSystemCalls", "ACSecureSharingCore", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFoundation"]),
 
-        // The C boundary: public headers and the variadic entry points (read in C, forwarded to Swift).
-        .target(name: "CACSecureFile"),
+        // The C shim (CShim/): the C API's public headers and its variadic entry point, read in C and
+        // forwarded to Swift (module CACSecureFile).
+        .target(name: "CACSecureFile", path: "CShim"),
         // The Swift side of the C API: descriptor table, errno/ACE_* mapping, exported entry points.
         // No Foundation anywhere below it: libACSecureFile.so stands on the Swift core runtime.
         .target(name: "ACSecureFileCAPI", dependencies: ["ACSystemCalls", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACCrypto"]),

@@ -67,7 +67,7 @@ if readelf -d "$work/$real" | grep -E 'NEEDED.*(swift|Foundation|ICU|dispatch|Bl
     exit 1
 fi
 sed -n 's/^[A-Za-z_][A-Za-z0-9_ *]*[ *]\(ACSecure[A-Za-z0-9_]*\)(.*/\1/p' \
-    "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureFile.h" "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureServices.h" "$root/Sources/CACSecureFile/include/ACSecureFile/ACSecureSharing.h" \
+    "$root/CShim/include/ACSecureFile/ACSecureFile.h" "$root/CShim/include/ACSecureFile/ACSecureServices.h" "$root/CShim/include/ACSecureFile/ACSecureSharing.h" \
     | sort -u >"$work/declared"
 nm -D --defined-only "$work/$real" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" { sub(/@.*/, "", $3); print $3 }' | sort -u >"$work/exported"
 if ! cmp -s "$work/declared" "$work/exported"; then
@@ -78,7 +78,7 @@ fi
 
 install -d "$prefix/include/ACSecureFile" "$prefix/lib/pkgconfig"
 for h in ACSecureFile.h ACError.h ACSecureServices.h ACSecureSharing.h; do
-    install -m 0644 "$root/Sources/CACSecureFile/include/ACSecureFile/$h" "$prefix/include/ACSecureFile/$h"
+    install -m 0644 "$root/CShim/include/ACSecureFile/$h" "$prefix/include/ACSecureFile/$h"
 done
 install -m 0755 "$work/$real" "$prefix/lib/$real"
 ln -sfn "$real" "$prefix/lib/$soname"

@@ -6,8 +6,8 @@ import ACSecureFileCore
 import ACSecureServices
 
 // The functions of ACSecureFile.h. Each is `@c @implementation`: the compiler checks its Swift
-// signature against the C declaration in Sources/CACSecureFile/include. `ACSecureFileOpen` itself is variadic
-// and lives in CACSecureFile/ACSecureFileOpen.c, which forwards to `ACSecureFile_openWithMode`.
+// signature against the C declaration in CShim/include. `ACSecureFileOpen` itself is variadic
+// and lives in CShim/ACSecureFileOpen.c (module CACSecureFile), which forwards to `ACSecureFile_openWithMode`.
 
 /// Linux's `UIO_MAXIOV` (`IOV_MAX`), the most iovecs `readv`/`writev` accept.
 let iovMax: Int32 = 1024

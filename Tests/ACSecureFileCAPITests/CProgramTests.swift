@@ -46,7 +46,7 @@ final class CProgramTests: XCTestCase {
         let lib = try libraryDirectory()
         let (status, log) = try run(cc, [
             "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1",
-            "\(Self.packageRoot)/\(source)", "-I", "\(Self.packageRoot)/Sources/CACSecureFile/include",
+            "\(Self.packageRoot)/\(source)", "-I", "\(Self.packageRoot)/CShim/include",
             "-L", lib, "-lACSecureFile", "-Wl,-rpath,\(lib)", "-o", output,
         ])
         XCTAssertEqual(status, 0, "compiling \(source) failed:\n\(log)")
