@@ -730,12 +730,14 @@ static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
     ACSQLFile *f = (ACSQLFile *)file;
     int frc = acsqlFlushPending(f);
     if (frc != SQLITE_OK) return frc;
-    struct stat st;
-    if (ACSecureFstat(acsqlFD(f), &st) != 0) {
+    /* The engine's length, without the fstat(2) ACSecureFstat makes for the other fields (the
+     * descriptor's offset moves, but the VFS only uses pread and pwrite). */
+    off_t length = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
+    if (length < 0) {
         f->lastErrno = errno;
         return SQLITE_IOERR_FSTAT;
     }
-    *size = (sqlite3_int64)st.st_size;
+    *size = (sqlite3_int64)length;
     if (f->cache.count > 0 && f->cache.end > *size) *size = f->cache.end;
     return SQLITE_OK;
 }
