@@ -282,7 +282,7 @@ static int acsqlUnlock(sqlite3_file *file, int level) {
     ACSQLFile *f = (ACSQLFile *)file;
     if (f->lockLevel <= level) return SQLITE_OK;
     int rc = SQLITE_OK;
-    if (f->lockLevel >= SQLITE_LOCK_RESERVED && level < SQLITE_LOCK_EXCLUSIVE) {
+    if (f->inode != NULL && f->lockLevel >= SQLITE_LOCK_RESERVED && level < SQLITE_LOCK_EXCLUSIVE) {
         /* Other connections may read once the lock is gone: what this one holds back goes first.
          * If it cannot, the transaction's journal is still hot (its finalization flushes first
          * and fails the same way) and rolls the file back: drop the chunks. */
@@ -482,7 +482,7 @@ static int acsqlCacheWrite(ACSQLFile *f, const unsigned char *buf, int amount, s
                 int rc = acsqlCacheFlush(f);
                 if (rc != SQLITE_OK) return rc;
             }
-            if (c->count == 0) {
+            if (c->count == 0 && f->inode != NULL) {
                 pthread_mutex_lock(&acsqlInodesMutex);
                 f->inode->writer = f;
                 pthread_mutex_unlock(&acsqlInodesMutex);
@@ -530,7 +530,8 @@ static int acsqlClose(sqlite3_file *file) {
     sqlite3_free(f->pending);
     f->pending = NULL;
     if (f->cache.capacity > 0) {
-        int frc = acsqlCacheFlush(f);
+        /* A temporary file is deleted at close: its cached chunks are only wiped. */
+        int frc = f->inode != NULL ? acsqlCacheFlush(f) : SQLITE_OK;
         if (frc != SQLITE_OK) {
             sqlite3_log(frc, "acsecure: close %s: its last cached pages could not be written", f->path);
             if (rc == SQLITE_OK) rc = frc;
@@ -693,7 +694,8 @@ static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
     int rc = acsqlWriteMark(f);
     if (rc == SQLITE_OK) rc = acsqlFlushDatabaseOf(f);  /* a journal cut to 0 is no longer hot (TRUNCATE mode) */
-    if (rc == SQLITE_OK) rc = acsqlFlushAll(f);
+    if (rc == SQLITE_OK) rc = acsqlCacheFlush(f);
+    if (rc == SQLITE_OK) rc = acsqlFlushJournalOf(f);
     if (rc == SQLITE_OK) rc = acsqlFlushPending(f);
     if (rc != SQLITE_OK) return rc;
     if (ACSecureFtruncate(acsqlFD(f), (off_t)size) != 0) {
@@ -750,7 +752,7 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
         return SQLITE_OK;
     case SQLITE_FCNTL_SYNC:            /* before the database's sync at a commit, or in its place */
     case SQLITE_FCNTL_COMMIT_PHASETWO: /* the journal is finalized: the transaction is committed */
-        return acsqlFlushAll(f);
+        return f->inode != NULL ? acsqlFlushAll(f) : SQLITE_OK;  /* a temporary database needs no commit */
     case SQLITE_FCNTL_VFSNAME:
         *(char **)arg = sqlite3_mprintf("%s", ACSECURE_SQLITE_VFS_NAME);
         return SQLITE_OK;
@@ -860,7 +862,7 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, u
 /* The write cache's size in chunks: ACSECURE_WRITE_CACHE_MIB (whole MiB, 0 to 1024; 16 when unset),
  * and none with ?acsecure_write_cache=0. -1 for a bad size. */
 static int acsqlWriteCacheChunks(const char *name) {
-    if (!sqlite3_uri_boolean(name, "acsecure_write_cache", 1)) return 0;
+    if (name != NULL && !sqlite3_uri_boolean(name, "acsecure_write_cache", 1)) return 0;
     const char *raw = getenv("ACSECURE_WRITE_CACHE_MIB");
     if (raw == NULL) return 16 * ((1 << 20) / ACSQL_CHUNK_SIZE);
     char *end;
@@ -895,6 +897,14 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
         options |= ACSECURE_OPEN_READ_CACHE;
     }
 
+    if (type & (SQLITE_OPEN_TEMP_DB | SQLITE_OPEN_TRANSIENT_DB)) {
+        /* A temporary database's pages stay in memory up to a quarter of the write cache's size
+         * (4 MiB by default), as a plain one's stay in the kernel's page cache: most are never
+         * written to the file (speedtest1's SELECT DISTINCT and sorts). */
+        f->cache.capacity = acsqlWriteCacheChunks(NULL);
+        if (f->cache.capacity > 0) f->cache.capacity /= 4;
+        if (f->cache.capacity < 0) return SQLITE_CANTOPEN;
+    }
     if (name == NULL) {
         /* An anonymous temporary file: a fresh secure file that is unlinked at once. */
         const char *dir = getenv("SQLITE_TMPDIR");

@@ -57,7 +57,9 @@
  * connection's first write, in a private mapping excluded from core dumps (like SQLite's own page
  * cache it is not locked in memory); a chunk is wiped once written, the mapping freed at close.
  * Writes that are not whole chunks (page sizes below 4096) go to the file at once, after the
- * cached chunks.
+ * cached chunks. Temporary databases (sorts, DISTINCT, VACUUM's copy, temp_store=FILE tables) get
+ * a write cache of a quarter of that size (4 MiB by default) that is flushed only when full and
+ * wiped, not written, when the file is closed (it is deleted then); their journals are not cached.
  *
  * Read cache: the database (not its journals or temporary files) is opened with
  * ACSECURE_OPEN_READ_CACHE, so pages SQLite's own page cache has evicted come back as a copy of
