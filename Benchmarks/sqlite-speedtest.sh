@@ -2,8 +2,9 @@
 # SQLite's own benchmark, speedtest1, on three stacks in the same run, alternating rounds:
 #   plain             the system libsqlite3, default (unix) VFS
 #   acsecure          the system libsqlite3, VFS "acsecure" (libACSecureSQLite.so, installed into a
-#                     temp prefix), with the engine's read cache at its default size (16 MiB)
-#   acsecure-nocache  the same with ACSECURE_READ_CACHE_MIB=0 (no read cache)
+#                     temp prefix), with the engine's read cache and the VFS's write cache at their
+#                     default sizes (16 MiB each; 4 MiB write cache per temporary database)
+#   acsecure-nocache  the same with ACSECURE_READ_CACHE_MIB=0 (no read cache; the write cache stays)
 #   sqlcipher         Debian's libsqlcipher (SQLCipher defaults), PRAGMA key via speedtest1's --key
 # and reports, per --size, each stack's median TOTAL time over the rounds and its ratio to plain
 # (also per speedtest1 test) and its median peak RSS (/usr/bin/time), as a Markdown table and a

@@ -6,13 +6,15 @@
  *                                    text in the database or in a live rollback journal
  *   sqlite_vfs multi DB WRITERS N    WRITERS processes insert N rows each (one transaction per row,
  *                                    busy timeout) into one database: every row is there
- *   sqlite_vfs crash DB ROUNDS SEED [SYNC]
- *                                    a writer (synchronous=SYNC, default FULL; rollback journal)
+ *   sqlite_vfs crash DB ROUNDS SEED [SYNC [MODE]]
+ *                                    a writer (synchronous=SYNC, default FULL; rollback journal in
+ *                                    journal_mode MODE: DELETE (default), TRUNCATE or PERSIST)
  *                                    SIGKILLed at ROUNDS random moments: after each kill the database
  *                                    opens, passes integrity_check and holds every committed
  *                                    transaction (OFF checks that the VFS never lets the database
- *                                    get ahead of its journal without SQLite's syncs to order them)
- *   (internal) sqlite_vfs writer DB ID N / sqlite_vfs crash-child DB SYNC
+ *                                    get ahead of its journal, nor its journal stop being hot before
+ *                                    the database holds the transaction, without SQLite's syncs)
+ *   (internal) sqlite_vfs writer DB ID N / sqlite_vfs crash-child DB SYNC MODE
  *
  * Secure services come from the environment (ACSECURE_HOME, ACSECURE_APP_ID).
  * Exits 0 when every check passed; prints each failure.
@@ -255,13 +257,20 @@ static int runMulti(const char *path, int writers, int n) {
 /* ---- SIGKILL */
 
 static const char *crashSchema =
-    "PRAGMA journal_mode = DELETE; PRAGMA cache_size = 20;"
+    "PRAGMA cache_size = 20;"
     "CREATE TABLE IF NOT EXISTS tx(id INTEGER PRIMARY KEY, payload TEXT);"
     "CREATE TABLE IF NOT EXISTS item(tx INTEGER, k INTEGER, v TEXT);"
     "CREATE INDEX IF NOT EXISTS item_k ON item(k);";
 
-static int runCrashChild(const char *path, const char *sync) {
+static const char *journalModePragma(const char *mode) {
+    if (strcmp(mode, "TRUNCATE") == 0) return "PRAGMA journal_mode = TRUNCATE";
+    if (strcmp(mode, "PERSIST") == 0) return "PRAGMA journal_mode = PERSIST";
+    return "PRAGMA journal_mode = DELETE";
+}
+
+static int runCrashChild(const char *path, const char *sync, const char *mode) {
     sqlite3 *db = openDB(path, "acsecure");
+    exec(db, journalModePragma(mode));
     exec(db, crashSchema);
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", strcmp(sync, "OFF") == 0 ? "OFF" : "FULL");
@@ -285,22 +294,26 @@ static int runCrashChild(const char *path, const char *sync) {
         printf("%lld\n", next);
         fflush(stdout);
         next++;
+        /* Now and then a pause between transactions, as an application has: a kill then finds the
+         * last commit complete, with nothing after it to write what the VFS may still hold back. */
+        if (rand_r(&seed) % 4 == 0) usleep(2000);
     }
 }
 
-static int runCrash(const char *path, int rounds, unsigned seed, const char *sync) {
+static int runCrash(const char *path, int rounds, unsigned seed, const char *sync, const char *mode) {
     size_t cap = 1 << 16, count = 0;
     long long *committed = malloc(cap * sizeof *committed);
     int hotJournals = 0;
     char journal[4200];
     snprintf(journal, sizeof journal, "%s-journal", path);
     sqlite3 *setup = openDB(path, "acsecure");
+    exec(setup, journalModePragma(mode));
     exec(setup, crashSchema);
     sqlite3_close(setup);
     for (int round = 0; round < rounds; round++) {
         int fds[2];
         if (pipe(fds) != 0) { perror("pipe"); return 2; }
-        char *argv[] = {"sqlite_vfs", "crash-child", (char *)path, (char *)sync, NULL};
+        char *argv[] = {"sqlite_vfs", "crash-child", (char *)path, (char *)sync, (char *)mode, NULL};
         pid_t pid = spawn(argv, fds[1]);
         close(fds[1]);
         /* Kill somewhere in 0-200 ms: during start-up, open, hot-journal rollback or transactions. */
@@ -321,6 +334,7 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
         if (stat(journal, &st) == 0 && st.st_size > 0) hotJournals++;
 
         sqlite3 *db = openDB(path, "acsecure");
+        exec(db, journalModePragma(mode));
         char *ic = query(db, "PRAGMA integrity_check");
         CHECK(strcmp(ic, "ok\n") == 0, "round %d: integrity_check: %.200s", round, ic);
         free(ic);
@@ -347,8 +361,8 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
     sqlite3_close(db);
     CHECK(missing == 0, "%lld of %zu committed transactions are missing", missing, count);
     CHECK(count >= (size_t)rounds / 4, "only %zu transactions committed in %d rounds: the kills came too early to test much", count, rounds);
-    if (failures == 0) printf("crash (synchronous=%s): %d SIGKILLs (%d left a hot journal), %zu committed transactions all present, integrity_check ok after every kill\n",
-           sync, rounds, hotJournals, count);
+    if (failures == 0) printf("crash (synchronous=%s, journal_mode=%s): %d SIGKILLs (%d left a journal with content), %zu committed transactions all present, integrity_check ok after every kill\n",
+           sync, mode, rounds, hotJournals, count);
     free(committed);
     return failures == 0 ? 0 : 1;
 }
@@ -365,9 +379,9 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "workload") == 0) return runWorkload(argv[2]);
     if (argc == 5 && strcmp(argv[1], "multi") == 0) return runMulti(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 5 && strcmp(argv[1], "writer") == 0) return runWriter(argv[2], atoi(argv[3]), atoi(argv[4]));
-    if ((argc == 5 || argc == 6) && strcmp(argv[1], "crash") == 0)
-        return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10), argc == 6 ? argv[5] : "FULL");
-    if (argc == 4 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2], argv[3]);
-    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | crash DB ROUNDS SEED [FULL|OFF]\n", argv[0]);
+    if (argc >= 5 && argc <= 7 && strcmp(argv[1], "crash") == 0)
+        return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10), argc >= 6 ? argv[5] : "FULL", argc == 7 ? argv[6] : "DELETE");
+    if (argc == 5 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2], argv[3], argv[4]);
+    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | crash DB ROUNDS SEED [FULL|OFF [DELETE|TRUNCATE|PERSIST]]\n", argv[0]);
     return 2;
 }

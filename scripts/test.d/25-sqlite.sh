@@ -4,10 +4,14 @@
 #   - Tests/CSQLite/sqlite_vfs.c: the same workload on SQLite's default VFS and on "acsecure"
 #     (identical results, integrity_check, nothing in the clear), 2 writer processes and a reader on
 #     one database, and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
-#     synchronous=FULL, then at half as many with synchronous=OFF;
+#     synchronous=FULL, then at half as many with synchronous=OFF, and at a quarter as many with
+#     synchronous=OFF in journal_mode TRUNCATE and PERSIST (the database's write cache is flushed
+#     before the journal's truncation or header write ends the transaction);
 #   - Examples/c/secure-sqlite.c;
 #   - the sqlite3 shell loading libacsecuresqlite_ext.so (with ?acsecure_read_cache=0);
-#   - the workload again without the read cache (ACSECURE_READ_CACHE_MIB=0), and a bad size refused.
+#   - the workload again without the read and write caches (ACSECURE_READ_CACHE_MIB=0,
+#     ACSECURE_WRITE_CACHE_MIB=0), with a 1 MiB write cache (full, so flushed mid-transaction), and
+#     bad sizes refused.
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   SQLITE_KILLS, SQLITE_SEED (default: the time; printed, so a failure can be replayed).
 set -euo pipefail
@@ -34,17 +38,23 @@ export ACSECURE_HOME="$work/store" ACSECURE_APP_ID="test-sqlite" ACSECURE_CREATE
 status=0
 mkdir "$work/workload" && "$work/sqlite_vfs" workload "$work/workload" || status=1
 # The database's read cache (on by default) off, and a bad size refused.
-mkdir "$work/workload-nocache" && ACSECURE_READ_CACHE_MIB=0 "$work/sqlite_vfs" workload "$work/workload-nocache" || status=1
-if (cd "$work" && ACSECURE_READ_CACHE_MIB=lots ./secure-sqlite bad-cache.db "x") >"$work/bad-cache.out" 2>&1; then
-    echo "read cache: FAIL: ACSECURE_READ_CACHE_MIB=lots opened the database" >&2; status=1
-else
-    echo "read cache: ACSECURE_READ_CACHE_MIB=lots refuses to open the database"
-fi
+mkdir "$work/workload-nocache" && ACSECURE_READ_CACHE_MIB=0 ACSECURE_WRITE_CACHE_MIB=0 "$work/sqlite_vfs" workload "$work/workload-nocache" || status=1
+mkdir "$work/workload-small-write-cache" && ACSECURE_WRITE_CACHE_MIB=1 "$work/sqlite_vfs" workload "$work/workload-small-write-cache" || status=1
+for cache in READ WRITE; do
+    if (cd "$work" && env "ACSECURE_${cache}_CACHE_MIB=lots" ./secure-sqlite bad-cache.db "x") >"$work/bad-cache.out" 2>&1; then
+        echo "caches: FAIL: ACSECURE_${cache}_CACHE_MIB=lots opened the database" >&2; status=1
+    else
+        echo "caches: ACSECURE_${cache}_CACHE_MIB=lots refuses to open the database"
+    fi
+done
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
 mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" FULL || status=1
 # synchronous=OFF: no xSync orders journal and database, so this checks the VFS's own ordering.
 mkdir "$work/crash-off" && "$work/sqlite_vfs" crash "$work/crash-off/crash.db" $((kills / 2)) "$((seed + 1))" OFF || status=1
+for mode in TRUNCATE PERSIST; do
+    mkdir "$work/crash-$mode" && "$work/sqlite_vfs" crash "$work/crash-$mode/crash.db" $((kills / 4)) "$((seed + 2))" OFF "$mode" || status=1
+done
 
 # The example, then its database through the sqlite3 shell with the extension loaded.
 (cd "$work" && ./secure-sqlite notes.db "first note" && ./secure-sqlite notes.db "second note") >"$work/example.out" || status=1
