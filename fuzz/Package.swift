@@ -2,11 +2,14 @@
 // libFuzzer targets for the secure file engine, kept out of the library's own build (as swift-nio-http2's
 // FuzzTesting/). Build and run them with scripts/test.d/40-fuzz-smoke.sh, or by hand:
 //
-//     cd fuzz && SWIFT_BACKTRACE=enable=no swift build --product FuzzSecureFileParse --sanitize fuzzer --sanitize address
+//     cd fuzz && SWIFT_BACKTRACE=enable=no swift build --product FuzzSecureFileParse --sanitize fuzzer --sanitize address \
+//         -Xswiftc -sanitize=address,fuzzer
+//     .build/debug/FuzzSecureFileParse Corpus/FuzzSecureFileParse -max_total_time=60
 //
 // (debug; a -c release build needs -Xswiftc -DACSECURE_SYSCALL_MOCKING for the in-memory file system,
-// which the library's release builds leave out)
-//     .build/debug/FuzzSecureFileParse Corpus/FuzzSecureFileParse -max_total_time=60
+// which the library's release builds leave out). swiftc keeps only the last -sanitize= flag and SwiftPM
+// passes its two in an order that changes between build plans: the combined -Xswiftc flag comes last,
+// so the Swift code always gets both ASan and libFuzzer's instrumentation.
 //
 // The fuzz logic lives in Harness/ (also built by the main package as ACSecureFuzzHarness, so the unit
 // tests replay Corpus/ and FailCases/ without sanitizers).

@@ -9,12 +9,16 @@ import CACSecureLibCrypto
 public final class AESBlockCipher {
     private let context: OpaquePointer
 
+    /// Fetched once, as `AESGCMContext.cipher` (`EVP_aes_256_ecb()` is fetched again at every init).
+    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-ECB", nil)
+
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
     public init(key: SecureBytes) throws(CryptoError) {
         guard key.count == 32 else { throw CryptoError.invalidKeySize }
+        guard let cipher = Self.cipher else { throw CryptoError.openSSL("EVP_CIPHER_fetch(AES-256-ECB)") }
         guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
         let ok = key.withUnsafeBytes { k in
-            EVP_EncryptInit_ex(ctx, EVP_aes_256_ecb(), nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil) == 1
+            EVP_EncryptInit_ex(ctx, cipher, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil) == 1
         }
         guard ok, EVP_CIPHER_CTX_set_padding(ctx, 0) == 1 else {
             EVP_CIPHER_CTX_free(ctx)

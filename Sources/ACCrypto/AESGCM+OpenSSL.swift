@@ -14,6 +14,11 @@ public final class AESGCMContext {
     private let encryptContext: OpaquePointer
     private let decryptContext: OpaquePointer
 
+    /// AES-256-GCM fetched from OpenSSL's providers once: given `EVP_aes_256_gcm()`, every
+    /// `EVP_*Init_ex` fetches the implementation again (a method-store lookup), which was a fifth
+    /// of a context's set-up. A fetched cipher is immutable and may be shared between threads.
+    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
     public convenience init(key: SecureBytes) throws(CryptoError) {
         try self.init(rawKey: key.withUnsafeBytes { $0 })  // guarded memory lives as long as `key`
@@ -37,8 +42,9 @@ public final class AESGCMContext {
         encryptContext = enc
         decryptContext = dec
         let kp = k.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        guard EVP_EncryptInit_ex(enc, EVP_aes_256_gcm(), nil, kp, nil) == 1,
-              EVP_DecryptInit_ex(dec, EVP_aes_256_gcm(), nil, kp, nil) == 1
+        guard let cipher = Self.cipher else { throw CryptoError.openSSL("EVP_CIPHER_fetch(AES-256-GCM)") }
+        guard EVP_EncryptInit_ex(enc, cipher, nil, kp, nil) == 1,
+              EVP_DecryptInit_ex(dec, cipher, nil, kp, nil) == 1
         else { throw CryptoError.openSSL("EVP_*Init_ex") }
     }
 

@@ -52,6 +52,9 @@ import ACCrypto
     private var files: [String: Inode] = [:]
     private var descriptors: [Int32: Descriptor] = [:]
     private var nextInode: UInt64 = 2
+    /// Emptied byte buffers of removed files, reused by new files: a fuzzer removes its files after
+    /// every input, and fresh buffers cost page faults (under ASan each allocation is fresh memory).
+    private var spareBuffers: [[UInt8]] = []
 
     public init() {}
 
@@ -88,7 +91,18 @@ import ACCrypto
     }
 
     /// Removes every file and closes every descriptor.
-    public func removeAll() { locked { files.removeAll(); descriptors.removeAll() } }
+    public func removeAll() {
+        locked {
+            for inode in files.values where spareBuffers.count < 4 && inode.bytes.capacity > 0 {
+                var bytes: [UInt8] = []
+                swap(&bytes, &inode.bytes)
+                bytes.removeAll(keepingCapacity: true)
+                spareBuffers.append(bytes)
+            }
+            files.removeAll()
+            descriptors.removeAll()
+        }
+    }
 
     /// How many descriptors are open (a leak check for tests).
     public var openDescriptorCount: Int { locked { descriptors.count } }
@@ -114,10 +128,11 @@ import ACCrypto
             if let existing = files[path] {
                 if flags & O_CREAT != 0 && flags & O_EXCL != 0 { return .failure(Errno(EEXIST)) }
                 inode = existing
-                if flags & O_TRUNC != 0 { inode.bytes.removeAll() }
+                if flags & O_TRUNC != 0 { inode.bytes.removeAll(keepingCapacity: true) }
             } else {
                 guard flags & O_CREAT != 0 else { return .failure(Errno(ENOENT)) }
                 inode = Inode(number: nextInode, mode: mode & 0o7777)
+                inode.bytes = spareBuffers.popLast() ?? []
                 nextInode += 1
                 files[path] = inode
             }
@@ -220,11 +235,24 @@ import ACCrypto
     private func resize(_ inode: Inode, _ n: Int) {
         let old = inode.bytes.count
         if n < old { inode.bytes.removeSubrange(n...) } else if n > old {
-            // Geometric growth: appending in small steps must not copy the whole file each time.
-            if n > inode.bytes.capacity { inode.bytes.reserveCapacity(max(n, 2 * inode.bytes.capacity)) }
-            inode.bytes.append(contentsOf: repeatElement(0, count: n - old))  // no temporary array
+            // Geometric growth from 64 KiB: appending in small steps must not copy the whole file
+            // each time, and the fuzzers' files (tens of KiB) are then allocated once.
+            if n > inode.bytes.capacity { inode.bytes.reserveCapacity(max(n, 2 * inode.bytes.capacity, Self.zeros.count)) }
+            // Zeros copied from a zeroed block (a memcpy; appending a repeated element is a loop per byte).
+            var left = n - old
+            while left > 0 {
+                let k = min(left, Self.zeros.count)
+                inode.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: Self.zeros[0..<k]))
+                left -= k
+            }
         }
     }
+
+    nonisolated(unsafe) private static let zeros: UnsafeBufferPointer<UInt8> = {
+        let p = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: 64 << 10)
+        p.initialize(repeating: 0)
+        return UnsafeBufferPointer(p)
+    }()
 
     /// One transfer at `offset` (nil: the description's offset, advanced).
     private func read(_ d: Description, _ buf: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Int {

@@ -19,6 +19,8 @@ public enum SecureServicesAvailability: Int32, Sendable {
 public final class SecureServices: Sendable {
     public let appID: String
     public let storeDirectory: String
+    /// The HKDF info of the app's key-encryption key, made once: every open looks the key up by it.
+    private let appKEKInfo: [UInt8]
     /// Whether these services refuse a seed that is not sealed under a passcode (`.noKeys`): asked
     /// for with `requireProtectedStore`, or implied by a passcode given when starting or set with
     /// `setPasscode`. Checked at start and at every unlock, so a seed swapped on disk while locked
@@ -120,6 +122,7 @@ public final class SecureServices: Sendable {
         }
         let hasPasscode = (passcode?.count ?? 0) > 0
         self.appID = appID
+        self.appKEKInfo = lengthPrefixed("app-kek", appID)
         self.storeDirectory = storeDirectory ?? Self.defaultStoreDirectory()
         self.store = SeedStore(directory: self.storeDirectory)
         self.argonCost = argonCost
@@ -349,7 +352,7 @@ public final class SecureServices: Sendable {
     public func keyEncryptionKey(for selection: KeySelection) throws(SecureServicesError) -> KeyEncryptionKey {
         switch selection {
         case .app:
-            return try makeKEK(info: lengthPrefixed("app-kek", appID), keyClass: .app)
+            return try makeKEK(info: appKEKInfo, keyClass: .app)
         case .group(let id):
             guard !id.isEmpty else { throw SecureServicesError(.invalidArgument, "the encryption group ID must not be empty") }
             return try makeKEK(info: lengthPrefixed("group-kek", id), keyClass: .group)

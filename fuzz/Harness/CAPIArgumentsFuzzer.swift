@@ -81,7 +81,7 @@ public enum CAPIArgumentsFuzzer {
                 unlink(plainPath)
             }
             var c = ByteCursor(input)
-            var log: [String] = []
+            var log = CallLog()
 
             func fds() -> (Int32, Int32) {
                 let b = c.u8()
@@ -121,13 +121,13 @@ public enum CAPIArgumentsFuzzer {
                 default: return Int64(c.u16() % 40_000)
                 }
             }
-            func compare(_ what: String, _ s: Result2, _ p: Result2, nullBuffer: Bool = false) -> FuzzFinding? {
-                log.append("\(what) -> secure \(s), plain \(p)")
+            func compare(_ what: Call, _ s: Result2, _ p: Result2, nullBuffer: Bool = false) -> FuzzFinding? {
+                log.append(what, s, p)
                 if s == p { return nil }
                 // Documented: a NULL buffer with a non-zero count is EFAULT once the descriptor is good,
                 // even where the kernel copies nothing (a read at the end) or checks the offset first.
                 if nullBuffer, s == .failure(EFAULT), p != .failure(EBADF) { return nil }
-                return FuzzFinding("\(what): secure \(s), plain \(p)\n" + log.suffix(16).joined(separator: "\n"))
+                return FuzzFinding("\(what): secure \(s), plain \(p)\n" + log.lines)
             }
             // Linux (ext4) may leave a plain file extended to the offset of a write that failed with
             // EFAULT; the secure file stays as it was. The model undoes that side effect.
@@ -138,9 +138,9 @@ public enum CAPIArgumentsFuzzer {
             func undoFailedWrite(_ r: Result2, sizeBefore: Int64) {
                 if r == .failure(EFAULT), sizeBefore >= 0, plainSize() != sizeBefore { _ = Glibc.truncate(plainPath, off_t(sizeBefore)) }
             }
-            func sameContents(_ n: Int, _ what: String) -> FuzzFinding? {
+            func sameContents(_ n: Int, _ what: Call) -> FuzzFinding? {
                 guard n > 0 else { return nil }
-                return sameBytes(secureBuffer, plainBuffer, count: n) ? nil : FuzzFinding("\(what): the bytes read differ\n" + log.suffix(16).joined(separator: "\n"))
+                return sameBytes(secureBuffer, plainBuffer, count: n) ? nil : FuzzFinding("\(what): the bytes read differ\n" + log.lines)
             }
 
             let openFlags: [Int32] = [O_RDWR | O_CREAT, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_CREAT | O_TRUNC,
@@ -167,13 +167,13 @@ public enum CAPIArgumentsFuzzer {
                         if s >= 0 { _ = ACSecureFileClose(s) }
                         if p >= 0 { close(p) }
                     }
-                    finding = compare("open(\(nullPath ? "NULL" : "path"), 0o\(String(flags, radix: 8)))", sr.map0, pr.map0)
+                    finding = compare(.open(nullPath: nullPath, flags: flags), sr.map0, pr.map0)
                 case 1:  // close
                     let (s, p) = fds()
                     let sr = result(Int(ACSecureFileClose(s)))
                     let pr = result(Int(Glibc.close(p)))
                     if let i = pairs.firstIndex(where: { $0.secure == s && $0.plain == p }) { closed.append(pairs.remove(at: i)) }
-                    finding = compare("close", sr, pr)
+                    finding = compare(.close, sr, pr)
                 case 2, 4:  // read / pread
                     let (s, p) = fds()
                     let n = count(forWrite: false)
@@ -187,7 +187,7 @@ public enum CAPIArgumentsFuzzer {
                         let buf = null ? nil : b.baseAddress
                         return result(at.map { Glibc.pread(p, buf, n, off_t($0)) } ?? Glibc.read(p, buf, n))
                     }
-                    let what = "\(at == nil ? "read" : "pread @\(at!)")(\(null ? "NULL" : "buf"), \(UInt(bitPattern: n)))"
+                    let what = Call.read(at: at, nullBuffer: null, count: n)
                     finding = compare(what, sr, pr, nullBuffer: null && n != 0)
                     if finding == nil, case .value(let k) = sr { finding = sameContents(k, what) }
                 case 3, 5:  // write / pwrite
@@ -199,7 +199,7 @@ public enum CAPIArgumentsFuzzer {
                     // Counts above SSIZE_MAX are refused before any byte is read: safe with a small buffer.
                     let safe = n < 0 || n <= pattern.count - start
                     guard safe else { continue }
-                    let sizeBefore = plainSize()
+                    let sizeBefore = null ? plainSize() : -1  // only a NULL buffer can give EFAULT
                     let (sr, pr) = pattern.withUnsafeBytes { b -> (Result2, Result2) in
                         let buf = null ? nil : b.baseAddress! + start
                         let sr = result(at.map { ACSecureFilePwrite(s, buf, n, off_t($0)) } ?? ACSecureFileWrite(s, buf, n))
@@ -207,8 +207,7 @@ public enum CAPIArgumentsFuzzer {
                         return (sr, pr)
                     }
                     undoFailedWrite(pr, sizeBefore: sizeBefore)
-                    finding = compare("\(at == nil ? "write" : "pwrite @\(at!)")(\(null ? "NULL" : "buf"), \(UInt(bitPattern: n)))", sr, pr,
-                                      nullBuffer: null && n > 0)
+                    finding = compare(.write(at: at, nullBuffer: null, count: n), sr, pr, nullBuffer: null && n > 0)
                 case 6, 7:  // readv / writev
                     let (s, p) = fds()
                     let shape = c.u8()
@@ -247,7 +246,7 @@ public enum CAPIArgumentsFuzzer {
                             return v.withUnsafeBufferPointer { result(Glibc.readv(p, nullArray ? nil : $0.baseAddress, count)) }
                         }
                     } else {
-                        let sizeBefore = plainSize()
+                        let sizeBefore = nullArray || nullBase ? plainSize() : -1  // only a NULL array or base can give EFAULT
                         defer { undoFailedWrite(pr, sizeBefore: sizeBefore) }
                         (sr, pr) = pattern.withUnsafeBytes { b in
                             let v = vectors(UnsafeMutableRawPointer(mutating: b.baseAddress!))
@@ -257,7 +256,7 @@ public enum CAPIArgumentsFuzzer {
                             }
                         }
                     }
-                    let what = "\(op == 6 ? "readv" : "writev")(\(nullArray ? "NULL" : "\(lengths.map { UInt(bitPattern: $0) })")\(nullBase ? " NULL base" : ""), \(count))"
+                    let what = Call.vector(read: op == 6, lengths: nullArray ? nil : lengths, nullBase: nullBase, count: count)
                     let nullVector = (nullBase && (lengths.first ?? 0) > 0) || nullArray
                     finding = compare(what, sr, pr, nullBuffer: nullVector && count > 0 && count <= 1024)
                     if finding == nil, op == 6, case .value(let k) = sr, k > 0 {
@@ -265,8 +264,9 @@ public enum CAPIArgumentsFuzzer {
                         var left = k, o = 0
                         for len in lengths where left > 0 {
                             let m = min(len, left)
-                            if m > 0, !secureBuffer[o..<o + m].elementsEqual(plainBuffer[o..<o + m]) {
-                                finding = FuzzFinding("\(what): the bytes read differ"); break
+                            let same = secureBuffer.withUnsafeBytes { x in plainBuffer.withUnsafeBytes { memcmp(x.baseAddress! + o, $0.baseAddress! + o, m) == 0 } }
+                            if m > 0, !same {
+                                finding = FuzzFinding("\(what): the bytes read differ\n" + log.lines); break
                             }
                             left -= m
                             o += bufferSize / 8
@@ -279,13 +279,13 @@ public enum CAPIArgumentsFuzzer {
                     let off = w & 0x80 != 0 ? offset() : Int64(c.u16()) - 32_768
                     let sr = result(Int(ACSecureFileLseek(s, off_t(off), whence)))
                     let pr = result(Int(Glibc.lseek(p, off_t(off), whence)))
-                    finding = compare("lseek(\(off), \(whence))", sr, pr)
+                    finding = compare(.lseek(off, whence: whence), sr, pr)
                 case 9:  // ftruncate
                     let (s, p) = fds()
                     let len = offset()
                     let sr = result(Int(ACSecureFtruncate(s, off_t(len))))
                     let pr = result(Int(Glibc.ftruncate(p, off_t(len))))
-                    finding = compare("ftruncate(\(len))", sr, pr)
+                    finding = compare(.ftruncate(len), sr, pr)
                 case 10:  // fstat (NULL buffer when the byte is odd)
                     let (s, p) = fds()
                     let null = c.u8() & 1 != 0
@@ -293,13 +293,13 @@ public enum CAPIArgumentsFuzzer {
                     let sr = null ? result(Int(ACSecureFstat(s, nil))) : result(Int(ACSecureFstat(s, &a)))
                     // fstat(fd, NULL) is EBADF for a bad descriptor, else EFAULT (Swift cannot pass NULL to Glibc.fstat).
                     let pr = null ? (fcntl(p, F_GETFD) < 0 ? Result2.failure(EBADF) : .failure(EFAULT)) : result(Int(Glibc.fstat(p, &b)))
-                    finding = compare("fstat(\(null ? "NULL" : "buf"))", sr, pr)
+                    finding = compare(.fstat(nullBuffer: null), sr, pr)
                     if finding == nil, !null, sr == .value(0), a.st_size != b.st_size {
-                        finding = FuzzFinding("fstat: secure size \(a.st_size), plain \(b.st_size)\n" + log.suffix(16).joined(separator: "\n"))
+                        finding = FuzzFinding("fstat: secure size \(a.st_size), plain \(b.st_size)\n" + log.lines)
                     }
                 default:  // fsync
                     let (s, p) = fds()
-                    finding = compare("fsync", result(Int(ACSecureFileFsync(s))), result(Int(Glibc.fsync(p))))
+                    finding = compare(.fsync, result(Int(ACSecureFileFsync(s))), result(Int(Glibc.fsync(p))))
                 }
                 if let finding { return finding }
             }
@@ -317,8 +317,65 @@ public enum CAPIArgumentsFuzzer {
             defer { _ = ACSecureFileClose(secureFD) }
             let sn = secureBuffer.withUnsafeMutableBytes { ACSecureFilePread(secureFD, $0.baseAddress, $0.count, 0) }
             let pn = plainBuffer.withUnsafeMutableBytes { Glibc.pread(plainFD, $0.baseAddress, $0.count, 0) }
-            guard sn == pn, sn >= 0 else { return FuzzFinding("final contents: secure \(sn) bytes, plain \(pn)\n" + log.suffix(16).joined(separator: "\n")) }
-            return sameContents(sn, "final contents")
+            guard sn == pn, sn >= 0 else { return FuzzFinding("final contents: secure \(sn) bytes, plain \(pn)\n" + log.lines) }
+            return sameContents(sn, .finalContents)
+        }
+    }
+}
+
+extension CAPIArgumentsFuzzer {
+    /// A call as the log and a finding name it. Kept as values and formatted only for a finding:
+    /// building a string per call cost more than a tenth of an input's time under ASan.
+    enum Call: CustomStringConvertible {
+        case open(nullPath: Bool, flags: Int32)
+        case close
+        case read(at: Int64?, nullBuffer: Bool, count: Int)
+        case write(at: Int64?, nullBuffer: Bool, count: Int)
+        case vector(read: Bool, lengths: [Int]?, nullBase: Bool, count: Int32)  // lengths nil: a NULL array
+        case lseek(Int64, whence: Int32)
+        case ftruncate(Int64)
+        case fstat(nullBuffer: Bool)
+        case fsync
+        case finalContents
+
+        var description: String {
+            switch self {
+            case .open(let nullPath, let flags): return "open(\(nullPath ? "NULL" : "path"), 0o\(String(flags, radix: 8)))"
+            case .close: return "close"
+            case .read(let at, let null, let n): return "\(at.map { "pread @\($0)" } ?? "read")(\(null ? "NULL" : "buf"), \(UInt(bitPattern: n)))"
+            case .write(let at, let null, let n): return "\(at.map { "pwrite @\($0)" } ?? "write")(\(null ? "NULL" : "buf"), \(UInt(bitPattern: n)))"
+            case .vector(let read, let lengths, let nullBase, let count):
+                let array = lengths.map { "\($0.map { UInt(bitPattern: $0) })" } ?? "NULL"
+                return "\(read ? "readv" : "writev")(\(array)\(nullBase ? " NULL base" : ""), \(count))"
+            case .lseek(let off, let whence): return "lseek(\(off), \(whence))"
+            case .ftruncate(let len): return "ftruncate(\(len))"
+            case .fstat(let null): return "fstat(\(null ? "NULL" : "buf"))"
+            case .fsync: return "fsync"
+            case .finalContents: return "final contents"
+            }
+        }
+    }
+
+    /// The last 16 calls with both results, for a finding's report.
+    struct CallLog {
+        private var entries: [(Call, Result2, Result2)] = []
+        private var next = 0
+        static let capacity = 16
+
+        mutating func append(_ call: Call, _ secure: Result2, _ plain: Result2) {
+            if entries.count < Self.capacity {
+                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
+                entries.append((call, secure, plain))
+            } else {
+                entries[next] = (call, secure, plain)
+            }
+            next = (next + 1) % Self.capacity
+        }
+
+        /// Oldest first, one call a line.
+        var lines: String {
+            let ordered = entries.count < Self.capacity ? entries[...] : entries[next...] + entries[..<next]
+            return ordered.map { "\($0.0) -> secure \($0.1), plain \($0.2)" }.joined(separator: "\n")
         }
     }
 }

@@ -112,16 +112,4 @@ func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
     if count == 0 { return true }
     return a.withUnsafeBytes { x in b.withUnsafeBytes { memcmp(x.baseAddress!, $0.baseAddress!, count) == 0 } }
 }
-
-/// Reads a whole secure file from offset 0 with preads of `step` bytes.
-func readAllSecure(_ file: SecureFile, step: Int = 65536) throws -> [UInt8] {
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: step)
-    while true {
-        let at = Int64(out.count)
-        let n = try buf.withUnsafeMutableBytes { (b) throws -> Int in try file.pread(into: b, at: at) }
-        if n == 0 { return out }
-        out += buf[0..<n]
-    }
-}
 #endif

@@ -48,8 +48,64 @@ public enum OperationSequenceFuzzer {
         }
     }
 
+    /// A call as the log names it: values, formatted only for a finding (a closure or a string per
+    /// call was a heap allocation per step, which ASan makes costly).
+    enum Call: CustomStringConvertible {
+        case open(flags: Int32)
+        case write(Int, count: Int), pwrite(Int, count: Int, at: Int64)
+        case read(Int, count: Int, at: Int64?)
+        case writev(Int, sizes: [Int]), readv(Int, sizes: [Int])
+        case lseek(Int, Int64, whence: Int32)
+        case ftruncate(Int, Int64)
+        case fstat(Int), fsync(Int), close(Int)
+        case lock, unlock
+
+        var description: String {
+            switch self {
+            case .open(let flags): return "open(\(String(flags, radix: 8)))"
+            case .write(let i, let n): return "write[\(i)](\(n))"
+            case .pwrite(let i, let n, let at): return "pwrite[\(i)](\(n) @ \(at))"
+            case .read(let i, let n, let at): return "\(at.map { "pread @ \($0)" } ?? "read")[\(i)](\(n))"
+            case .writev(let i, let sizes): return "writev[\(i)](\(sizes))"
+            case .readv(let i, let sizes): return "readv[\(i)](\(sizes))"
+            case .lseek(let i, let off, let whence): return "lseek[\(i)](\(off), \(whence))"
+            case .ftruncate(let i, let len): return "ftruncate[\(i)](\(len))"
+            case .fstat(let i): return "fstat[\(i)]"
+            case .fsync(let i): return "fsync[\(i)]"
+            case .close(let i): return "close[\(i)]"
+            case .lock: return "lock"
+            case .unlock: return "unlock"
+            }
+        }
+    }
+
+    /// The last 20 steps (step number, call, plain result), oldest first in `lines`.
+    struct StepLog {
+        private var entries: [(Int, Call, Outcome?)] = []
+        private var next = 0
+        static let capacity = 20
+
+        mutating func append(_ step: Int, _ call: Call, _ plain: Outcome?) {
+            if entries.count < Self.capacity {
+                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
+                entries.append((step, call, plain))
+            } else {
+                entries[next] = (step, call, plain)
+            }
+            next = (next + 1) % Self.capacity
+        }
+
+        var lines: String {
+            let ordered = entries.count < Self.capacity ? entries[...] : entries[next...] + entries[..<next]
+            return ordered.map { "\($0.0) \($0.1)\($0.2.map { " -> \($0)" } ?? "")" }.joined(separator: "\n")
+        }
+    }
+
     static let openModes: [Int32] = [O_RDWR | O_CREAT, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND,
                                      O_RDWR | O_TRUNC, O_RDWR | O_CREAT | O_EXCL]
+    /// How a secure call may fail while services are locked.
+    static let lockedFailures: [ACErrorCode] = [.noKeys, .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly, .invalidArgument, .negativeFileLength]
+    static let whences = [SEEK_SET, SEEK_CUR, SEEK_END]
     static let maxOperations = 64
     /// Written bytes are slices of this (longer than the longest `length()`, at an offset that depends
     /// on the step and the length), so misplaced bytes show; slicing is cheaper than generating them.
@@ -76,7 +132,7 @@ public enum OperationSequenceFuzzer {
         }
         var pairs: [Pair] = []
         var locked = false
-        var log: [() -> String] = []  // formatted only for a finding
+        var log = StepLog()  // formatted only for a finding
         defer {
             for p in pairs { _ = fs.close(p.plain); try? p.secure.close() }
             if services.availability != .available { try? services.unlock(passcode: nil) }
@@ -96,13 +152,12 @@ public enum OperationSequenceFuzzer {
             }
         }
         func mismatch(_ what: String, _ a: Outcome, _ b: Outcome) -> FuzzFinding {
-            FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
+            FuzzFinding("step \(step) \(what): plain \(a), secure \(b)\n" + log.lines)
         }
         /// While locked: the secure call must fail cleanly and the plain call is not made.
         func expectLockedFailure(_ what: String, _ r: (Outcome, SecureFileError?)) -> FuzzFinding? {
             guard let e = r.1 else { return FuzzFinding("step \(step) \(what) succeeded while services were locked") }
-            let allowed: [ACErrorCode] = [.noKeys, .readOnWriteOnly, .writeOnReadOnly, .truncOnReadOnly, .invalidArgument, .negativeFileLength]
-            return allowed.contains(e.code) ? nil : FuzzFinding("step \(step) \(what) while locked failed with \(e.code.name): \(e.message)")
+            return lockedFailures.contains(e.code) ? nil : FuzzFinding("step \(step) \(what) while locked failed with \(e.code.name): \(e.message)")
         }
         // Offsets and lengths stay within about six chunks: every shape (holes of several chunks,
         // writes and reads across two or three boundaries, chunk-aligned ones) at a few chunks per
@@ -140,7 +195,7 @@ public enum OperationSequenceFuzzer {
             let opened = fs.open(st.plainPath, flags | O_CLOEXEC, 0o600)
             let p = (try? opened.get()) ?? -1
             let a: Outcome = plain(opened.map { _ in 0 })
-            log.append { "open(\(String(flags, radix: 8))) -> \(a)" }
+            log.append(step, .open(flags: flags), a)
             if case .value = r.0 { pairs[pairs.count - 1].plain = p }
             if a != r.0 {
                 if p >= 0 { _ = fs.close(p) }
@@ -166,7 +221,7 @@ public enum OperationSequenceFuzzer {
                 let b = secure { () throws -> Int64 in Int64(try pair.secure.write(bytes)) }
                 if locked { finding = expectLockedFailure("write", b); break }
                 let a = plain(fs.writev(pair.plain, [bytes]))
-                log.append { [step] in "\(step) write[\(i)](\(bytes.count)) -> \(a)" }
+                log.append(step, .write(i, count: bytes.count), a)
                 if a != b.0 { finding = mismatch("write(\(bytes.count))", a, b.0) }
             case 3, 4:  // pwrite
                 let bytes = data(length())
@@ -174,7 +229,7 @@ public enum OperationSequenceFuzzer {
                 let b = secure { () throws -> Int64 in Int64(try pair.secure.pwrite(bytes, at: at)) }
                 if locked { finding = expectLockedFailure("pwrite", b); break }
                 let a = plain(fs.pwrite(pair.plain, bytes, at))
-                log.append { [step] in "\(step) pwrite[\(i)](\(bytes.count) @ \(at)) -> \(a)" }
+                log.append(step, .pwrite(i, count: bytes.count, at: at), a)
                 if a != b.0 { finding = mismatch("pwrite(\(bytes.count) @ \(at))", a, b.0) }
             case 5, 6:  // read / pread
                 let n = length()
@@ -187,7 +242,7 @@ public enum OperationSequenceFuzzer {
                 }
                 if locked { finding = expectLockedFailure("read", b); break }
                 let a = plain(at.map { fs.pread(pair.plain, pb, $0) } ?? fs.readv(pair.plain, [pb]))
-                log.append { [step] in "\(step) \(at == nil ? "read" : "pread @ \(at!)")[\(i)](\(n)) -> \(a)" }
+                log.append(step, .read(i, count: n, at: at), a)
                 if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
                 else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
             case 7, 8:  // readv / writev
@@ -197,7 +252,7 @@ public enum OperationSequenceFuzzer {
                     let b = secure { () throws -> Int64 in Int64(try pair.secure.writev(bufs)) }
                     if locked { finding = expectLockedFailure("writev", b); break }
                     let a = plain(fs.writev(pair.plain, bufs))
-                    log.append { [step] in "\(step) writev[\(i)](\(sizes)) -> \(a)" }
+                    log.append(step, .writev(i, sizes: sizes), a)
                     if a != b.0 { finding = mismatch("writev(\(sizes))", a, b.0) }
                 } else {
                     func vectors(_ x: UnsafeMutableRawBufferPointer) -> [UnsafeMutableRawBufferPointer] {
@@ -207,24 +262,24 @@ public enum OperationSequenceFuzzer {
                     let b = secure { () throws -> Int64 in Int64(try pair.secure.readv(vectors(secureReadBuffer))) }
                     if locked { finding = expectLockedFailure("readv", b); break }
                     let a = plain(fs.readv(pair.plain, vectors(plainReadBuffer)))
-                    log.append { [step] in "\(step) readv[\(i)](\(sizes)) -> \(a)" }
+                    log.append(step, .readv(i, sizes: sizes), a)
                     if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
                     else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) readv: bytes differ") }
                 }
             case 9:  // lseek
-                let whence = [SEEK_SET, SEEK_CUR, SEEK_END][Int(c.u8()) % 3]
+                let whence = whences[Int(c.u8()) % 3]
                 let off = whence == SEEK_SET ? offset() : Int64(c.u16()) - 32768
                 let b = secure { () throws -> Int64 in try pair.secure.seek(off, whence: whence) }
                 if locked { finding = expectLockedFailure("lseek", b); break }
                 let a = plain(fs.lseek(pair.plain, off, whence))
-                log.append { [step] in "\(step) lseek[\(i)](\(off), \(whence)) -> \(a)" }
+                log.append(step, .lseek(i, off, whence: whence), a)
                 if a != b.0 { finding = mismatch("lseek(\(off), \(whence))", a, b.0) }
             case 10:  // ftruncate
                 let len = c.u8() == 0 ? -1 : offset()
                 let b = secure { () throws -> Int64 in try pair.secure.truncate(to: len); return 0 }
                 if locked { finding = expectLockedFailure("ftruncate", b); break }
                 let a = plain(fs.ftruncate(pair.plain, len).map { 0 })
-                log.append { [step] in "\(step) ftruncate[\(i)](\(len)) -> \(a)" }
+                log.append(step, .ftruncate(i, len), a)
                 if a != b.0 { finding = mismatch("ftruncate(\(len))", a, b.0) }
             case 11:  // fsync / fstat
                 let stat = c.u8() & 1 == 0
@@ -234,24 +289,24 @@ public enum OperationSequenceFuzzer {
                 }
                 if locked { finding = expectLockedFailure(stat ? "fstat" : "fsync", b); break }
                 let a: Outcome = stat ? plain(fs.fstat(pair.plain).map { $0.st_size }) : plain(fs.sync(pair.plain).map { 0 })
-                log.append { [step] in "\(step) \(stat ? "fstat" : "fsync")[\(i)] -> \(a)" }
+                log.append(step, stat ? .fstat(i) : .fsync(i), a)
                 if a != b.0 { finding = mismatch(stat ? "fstat" : "fsync", a, b.0) }
             case 12, 13:  // close, or reopen with the same flags (without O_EXCL / O_TRUNC)
                 let b = secure { () throws -> Int64 in try pair.secure.close(); return 0 }
                 let a = plain(fs.close(pair.plain).map { 0 })
                 pairs.remove(at: i)
-                log.append { [step] in "\(step) close[\(i)] -> \(a)" }
+                log.append(step, .close(i), a)
                 if a != b.0 { finding = mismatch("close", a, b.0); break }
                 if op % 16 == 13 { finding = openPair(pair.flags & ~(O_EXCL | O_TRUNC)) }
             case 14:  // lock: dirty chunks are flushed, keys and plaintext dropped
                 services.lock()
                 locked = true
-                log.append { [step] in "\(step) lock" }
+                log.append(step, .lock, nil)
             default:  // unlock
                 if locked {
                     do { try FuzzFileSystem.onRealFiles { try services.unlock(passcode: nil) } } catch { return FuzzFinding("unlock failed: \(error)") }
                     locked = false
-                    log.append { [step] in "\(step) unlock" }
+                    log.append(step, .unlock, nil)
                 }
             }
             if let finding { return finding }
@@ -272,12 +327,20 @@ public enum OperationSequenceFuzzer {
         do {
             let f = try SecureFile.open(st.securePath, flags: O_RDONLY, services: services)
             defer { try? f.close() }
-            let got = try readAllSecure(f, step: 10_000)
-            if got.count != expected.count || !sameBytes(got, expected, count: got.count) {
-                return FuzzFinding("final contents differ: secure \(got.count) bytes, plain \(expected.count)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
+            // Read in 10,000-byte preads (not a chunk multiple), each compared where it lands.
+            var at = 0
+            while true {
+                let n = try f.pread(into: UnsafeMutableRawBufferPointer(rebasing: secureReadBuffer[0..<10_000]), at: Int64(at))
+                if n == 0 { break }
+                let same = at + n <= expected.count && expected.withUnsafeBytes { memcmp($0.baseAddress! + at, secureReadBuffer.baseAddress!, n) == 0 }
+                if !same { return FuzzFinding("final contents differ at \(at)..<\(at + n): plain \(expected.count) bytes\n" + log.lines) }
+                at += n
+            }
+            if at != expected.count {
+                return FuzzFinding("final contents differ: secure \(at) bytes, plain \(expected.count)\n" + log.lines)
             }
         } catch {
-            return FuzzFinding("final read failed: \(error)\n" + log.suffix(20).map { $0() }.joined(separator: "\n"))
+            return FuzzFinding("final read failed: \(error)\n" + log.lines)
         }
         return nil
     }
