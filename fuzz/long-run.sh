@@ -6,9 +6,9 @@
 #
 #   ACSECURE_FUZZ_RUNS      executions per target (default 1000000)
 #   ACSECURE_FUZZ_SECONDS   time bound per target (default 0: none). FuzzOperationSequence, the slowest
-#                           (~1,400-1,750 executions/s alone; the last long run, before the changes of
-#                           2026-11-23, had ~750/s next to the others and took 22 min), runs in the
-#                           background while the others (~15 min together then) run one after another.
+#                           (~1,400-1,750 executions/s alone, 1,408/s in the last long run next to the
+#                           others: 12 min), runs in the background while the others (~10 min together)
+#                           run one after another.
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all)
 #
 #     fuzz/long-run.sh                                   # everything, 10^6 each
