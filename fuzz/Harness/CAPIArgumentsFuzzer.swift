@@ -358,25 +358,12 @@ extension CAPIArgumentsFuzzer {
 
     /// The last 16 calls with both results, for a finding's report.
     struct CallLog {
-        private var entries: [(Call, Result2, Result2)] = []
-        private var next = 0
-        static let capacity = 16
+        private var recent = RecentValues<(Call, Result2, Result2)>(capacity: 16)
 
-        mutating func append(_ call: Call, _ secure: Result2, _ plain: Result2) {
-            if entries.count < Self.capacity {
-                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
-                entries.append((call, secure, plain))
-            } else {
-                entries[next] = (call, secure, plain)
-            }
-            next = (next + 1) % Self.capacity
-        }
+        mutating func append(_ call: Call, _ secure: Result2, _ plain: Result2) { recent.append((call, secure, plain)) }
 
         /// Oldest first, one call a line.
-        var lines: String {
-            let ordered = entries.count < Self.capacity ? entries[...] : entries[next...] + entries[..<next]
-            return ordered.map { "\($0.0) -> secure \($0.1), plain \($0.2)" }.joined(separator: "\n")
-        }
+        var lines: String { recent.ordered.map { "\($0.0) -> secure \($0.1), plain \($0.2)" }.joined(separator: "\n") }
     }
 }
 

@@ -112,4 +112,27 @@ func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
     if count == 0 { return true }
     return a.withUnsafeBytes { x in b.withUnsafeBytes { memcmp(x.baseAddress!, $0.baseAddress!, count) == 0 } }
 }
+
+/// The last `capacity` values appended, kept as plain values (no closure or string per call) and
+/// formatted only for a finding: the harnesses' logs of recent calls.
+struct RecentValues<Element> {
+    private var entries: [Element] = []
+    private var next = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    mutating func append(_ value: Element) {
+        if entries.count < capacity {
+            if entries.isEmpty { entries.reserveCapacity(capacity) }
+            entries.append(value)
+        } else {
+            entries[next] = value
+        }
+        next = (next + 1) % capacity
+    }
+
+    /// Oldest first.
+    var ordered: [Element] { entries.count < capacity ? entries : Array(entries[next...] + entries[..<next]) }
+}
 #endif

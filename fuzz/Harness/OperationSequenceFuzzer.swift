@@ -81,24 +81,11 @@ public enum OperationSequenceFuzzer {
 
     /// The last 20 steps (step number, call, plain result), oldest first in `lines`.
     struct StepLog {
-        private var entries: [(Int, Call, Outcome?)] = []
-        private var next = 0
-        static let capacity = 20
+        private var recent = RecentValues<(Int, Call, Outcome?)>(capacity: 20)
 
-        mutating func append(_ step: Int, _ call: Call, _ plain: Outcome?) {
-            if entries.count < Self.capacity {
-                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
-                entries.append((step, call, plain))
-            } else {
-                entries[next] = (step, call, plain)
-            }
-            next = (next + 1) % Self.capacity
-        }
+        mutating func append(_ step: Int, _ call: Call, _ plain: Outcome?) { recent.append((step, call, plain)) }
 
-        var lines: String {
-            let ordered = entries.count < Self.capacity ? entries[...] : entries[next...] + entries[..<next]
-            return ordered.map { "\($0.0) \($0.1)\($0.2.map { " -> \($0)" } ?? "")" }.joined(separator: "\n")
-        }
+        var lines: String { recent.ordered.map { "\($0.0) \($0.1)\($0.2.map { " -> \($0)" } ?? "")" }.joined(separator: "\n") }
     }
 
     static let openModes: [Int32] = [O_RDWR | O_CREAT, O_RDWR, O_RDONLY, O_WRONLY, O_RDWR | O_APPEND, O_WRONLY | O_APPEND,
