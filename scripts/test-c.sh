@@ -45,6 +45,7 @@ build writeback_exit "$root/Tests/CDifferential/writeback_exit.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
 build open-cost "$root/Benchmarks/c/open-cost.c"
+build seq-write "$root/Benchmarks/c/seq-write.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -90,6 +91,7 @@ else
     status=1
 fi
 mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 || status=1
+"$work/seq-write" "$work/open-cost-files" 4 1 >/dev/null || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).
