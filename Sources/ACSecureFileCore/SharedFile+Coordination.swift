@@ -40,6 +40,8 @@ extension SharedFile {
         case .success(let size): physical = size
         case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): statx")
         }
+        // The length this process last left the file at. Only a header read below changes layout and
+        // length, and then the file is refreshed anyway.
         let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
         if hasHeader, physical > 0, exclusive || recheckFileID || !unchanged {
             // Another process may have emptied the file, which gives it a new file ID and data key.
@@ -63,8 +65,7 @@ extension SharedFile {
             do { try ensureKeys() } catch { endCoordinated(); throw error }
             needsRefresh = true
         }
-        let expected = layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
-        if hasHeader, needsRefresh || physical != expected {
+        if hasHeader, needsRefresh || !unchanged {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
             size = diskSize
             tailVerified = false

@@ -58,26 +58,29 @@ final class ChunkReadCache {
 
     @inline(__always) private func slotBase(_ slot: Int) -> UnsafeMutableRawPointer { base + slot << shift }
 
-    /// The cached plaintext of chunk `index` (marks it used), or nil.
-    @inline(__always) func lookup(_ index: Int64) -> UnsafeMutableRawPointer? {
-        let set = Int(index & setMask)
-        if indices[2 * set] == index { lastUsed[set] = 0; return slotBase(2 * set) }
-        if indices[2 * set + 1] == index { lastUsed[set] = 1; return slotBase(2 * set + 1) }
+    /// The slot holding chunk `index`, or nil.
+    @inline(__always) private func slot(of index: Int64) -> Int? {
+        let first = 2 * Int(index & setMask)
+        if indices[first] == index { return first }
+        if indices[first + 1] == index { return first + 1 }
         return nil
     }
 
-    @inline(__always) func holds(_ index: Int64) -> Bool {
-        let set = Int(index & setMask)
-        return indices[2 * set] == index || indices[2 * set + 1] == index
+    /// The cached plaintext of chunk `index` (marks it used), or nil.
+    @inline(__always) func lookup(_ index: Int64) -> UnsafeMutableRawPointer? {
+        guard let slot = slot(of: index) else { return nil }
+        lastUsed[slot >> 1] = UInt8(slot & 1)
+        return slotBase(slot)
     }
 
-    /// Stores `length` bytes of chunk `index` from `plaintext` (its slot if cached, else the way not used last).
+    @inline(__always) func holds(_ index: Int64) -> Bool { slot(of: index) != nil }
+
+    /// Stores `length` bytes of chunk `index` from `plaintext` (its slot if cached, else an empty
+    /// way, else the way not used last).
     func store(_ index: Int64, from plaintext: UnsafeRawPointer, length: Int) {
         let set = Int(index & setMask)
-        var slot: Int
-        if indices[2 * set] == index { slot = 2 * set } else if indices[2 * set + 1] == index { slot = 2 * set + 1 } else {
-            slot = indices[2 * set] < 0 ? 2 * set : indices[2 * set + 1] < 0 ? 2 * set + 1 : 2 * set + (lastUsed[set] == 0 ? 1 : 0)
-        }
+        let slot = slot(of: index)
+            ?? (indices[2 * set] < 0 ? 2 * set : indices[2 * set + 1] < 0 ? 2 * set + 1 : 2 * set + (lastUsed[set] == 0 ? 1 : 0))
         let p = slotBase(slot)
         p.copyMemory(from: plaintext, byteCount: length)
         let old = Int(lengths[slot])
