@@ -17,17 +17,43 @@ import CACSecureSodium
 /// Bounded: buffers up to `maximumBufferSize` bytes only, at most `maximumBuffersPerSize` per exact
 /// size and `maximumPooledBytes` of locked pages in all, so a process never keeps more than that
 /// (the `RLIMIT_MEMLOCK` budget is shared with live buffers).
+///
+/// The pool itself allocates nothing: `sizeClasses` fixed stacks, each claimed by one exact size
+/// while it holds buffers (a process uses few sizes: the chunk sizes, 32-byte keys, 16-byte
+/// fingerprints). A buffer of yet another size while every stack is in use is freed, not pooled.
+/// (A dictionary of arrays here cost a heap allocation per take: every open made a dozen.)
 final class GuardedMemoryPool: Sendable {
     static let shared = GuardedMemoryPool()
 
     static let maximumBufferSize = 64 << 10
-    static let maximumBuffersPerSize = 16
+    static let maximumBuffersPerSize = Addresses.count
     static let maximumPooledBytes = 1 << 20
+    static let sizeClasses = Stacks.count
+    typealias Addresses = InlineArray<16, UInt>
+    private typealias Stacks = InlineArray<12, Stack>
+
+    /// The buffers of one size: `addresses[0..<count]` (as integers: pointers are not Sendable).
+    private struct Stack {
+        var size = 0
+        var count = 0
+        var addresses = Addresses(repeating: 0)
+    }
 
     private struct State {
-        /// Addresses (as integers: pointers are not Sendable) of zeroed buffers, by exact size.
-        var free: [Int: [UInt]] = [:]
+        var stacks = Stacks(repeating: Stack())
         var pooledBytes = 0
+
+        /// The stack holding `size`, or (when `claiming`) an empty one, which then takes `size`.
+        mutating func stackIndex(_ size: Int, claiming: Bool) -> Int? {
+            var empty: Int?
+            for i in stacks.indices {
+                if stacks[i].size == size && stacks[i].count > 0 { return i }
+                if empty == nil && stacks[i].count == 0 { empty = i }
+            }
+            guard claiming, let empty else { return nil }
+            stacks[empty].size = size
+            return empty
+        }
     }
 
     // Pointers are owned by the pool while they are in it; the mutex serialises every access.
@@ -42,11 +68,13 @@ final class GuardedMemoryPool: Sendable {
     /// A zeroed guarded buffer of exactly `size` (> 0) bytes, or nil if none is pooled.
     func take(_ size: Int) -> UnsafeMutableRawPointer? {
         guard size <= Self.maximumBufferSize, !simulatingExhaustion else { return nil }
-        return state.withLock { s in
-            guard let address = s.free[size]?.popLast() else { return nil }
+        let address: UInt = state.withLock { s in
+            guard let i = s.stackIndex(size, claiming: false) else { return 0 }
+            s.stacks[i].count -= 1
             s.pooledBytes -= Self.footprint(size)
-            return UnsafeMutableRawPointer(bitPattern: address)
+            return s.stacks[i].addresses[s.stacks[i].count]
         }
+        return UnsafeMutableRawPointer(bitPattern: address)
     }
 
     /// Takes back a guarded buffer of `size` bytes from `sodium_malloc`: zeroes it and keeps it, or
@@ -57,8 +85,9 @@ final class GuardedMemoryPool: Sendable {
         let kept = size <= Self.maximumBufferSize && state.withLock { s in
             let footprint = Self.footprint(size)
             guard s.pooledBytes + footprint <= Self.maximumPooledBytes,
-                  s.free[size, default: []].count < Self.maximumBuffersPerSize else { return false }
-            s.free[size, default: []].append(address)
+                  let i = s.stackIndex(size, claiming: true), s.stacks[i].count < Self.maximumBuffersPerSize else { return false }
+            s.stacks[i].addresses[s.stacks[i].count] = address
+            s.stacks[i].count += 1
             s.pooledBytes += footprint
             return true
         }
@@ -75,5 +104,5 @@ final class GuardedMemoryPool: Sendable {
     var pooledBytes: Int { state.withLock { $0.pooledBytes } }
 
     /// How many buffers of `size` bytes are pooled (tests).
-    func pooledCount(size: Int) -> Int { state.withLock { $0.free[size]?.count ?? 0 } }
+    func pooledCount(size: Int) -> Int { state.withLock { s in s.stackIndex(size, claiming: false).map { s.stacks[$0].count } ?? 0 } }
 }
