@@ -60,7 +60,7 @@ let package = Package(
 
         // What the tests share: a seeded generator, temporary directories, child processes (Glibc only).
         .target(name: "ACSecureTestSupport", path: "Tests/ACSecureTestSupport"),
-        .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto"]),
+        .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),

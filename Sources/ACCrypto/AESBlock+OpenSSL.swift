@@ -4,30 +4,26 @@ import CACSecureLibCrypto
 /// 16-byte blocks, used to derive keys. Never used to encrypt data.
 ///
 /// The expanded key schedule lives in OpenSSL's heap (as for `AESGCMContext`), not in guarded memory;
-/// `EVP_CIPHER_CTX_free` cleanses it. Not thread-safe (each call writes the OpenSSL context), so not
-/// `Sendable`: the owner serialises its use.
+/// the context comes from `CipherContextPool`, which re-keys it with zeros when it is given back.
+/// Not thread-safe (each call writes the OpenSSL context), so not `Sendable`: the owner serialises
+/// its use.
 public final class AESBlockCipher {
     private let context: OpaquePointer
-
-    /// Fetched once, as `AESGCMContext.cipher` (`EVP_aes_256_ecb()` is fetched again at every init).
-    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-ECB", nil)
 
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
     public init(key: SecureBytes) throws(CryptoError) {
         guard key.count == 32 else { throw CryptoError.invalidKeySize }
-        guard let cipher = Self.cipher else { throw CryptoError.openSSL("EVP_CIPHER_fetch(AES-256-ECB)") }
-        guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
-        let ok = key.withUnsafeBytes { k in
-            EVP_EncryptInit_ex(ctx, cipher, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil) == 1
+        let ctx = try key.withUnsafeBytes { (k: UnsafeRawBufferPointer) throws(CryptoError) in
+            try CipherContextPool.aes256ECB.take(key: k.baseAddress!)
         }
-        guard ok, EVP_CIPHER_CTX_set_padding(ctx, 0) == 1 else {
-            EVP_CIPHER_CTX_free(ctx)
-            throw CryptoError.openSSL("EVP_EncryptInit_ex(aes-256-ecb)")
+        guard EVP_CIPHER_CTX_set_padding(ctx, 0) == 1 else {
+            CipherContextPool.aes256ECB.give(ctx)
+            throw CryptoError.openSSL("EVP_CIPHER_CTX_set_padding(aes-256-ecb)")
         }
         context = ctx
     }
 
-    deinit { EVP_CIPHER_CTX_free(context) }
+    deinit { CipherContextPool.aes256ECB.give(context) }
 
     /// Encrypts `blocks` (a multiple of 16 bytes) into `output` (same length; may be the same memory).
     public func encryptBlocks(_ blocks: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) throws(CryptoError) {

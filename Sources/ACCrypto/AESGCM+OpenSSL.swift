@@ -2,22 +2,20 @@ import CACSecureLibCrypto
 
 /// AES-256-GCM through OpenSSL's EVP interface.
 ///
-/// A context is keyed once; each seal or open only resets the 96-bit nonce, so the hot path performs
-/// no allocation and no key expansion. A context is not thread-safe (every seal and open writes the
-/// OpenSSL contexts), so it is not `Sendable`: the owner serialises its use (the engine keeps one per
-/// open file, used under that file's lock).
+/// A context is keyed once; each seal or open only resets the 96-bit nonce (and the direction), so
+/// the hot path performs no allocation and no key expansion. One OpenSSL context serves both
+/// directions: GCM uses the same key schedule to seal and to open. A context is not thread-safe
+/// (every seal and open writes the OpenSSL context), so it is not `Sendable`: the owner serialises
+/// its use (the engine keeps its contexts per open file, used under that file's lock).
+///
+/// The OpenSSL context comes from `CipherContextPool` and goes back there, re-keyed with zeros,
+/// when this object is released: no key schedule outlives it.
 public final class AESGCMContext {
     public static let keySize = 32
     public static let nonceSize = 12
     public static let tagSize = 16
 
-    private let encryptContext: OpaquePointer
-    private let decryptContext: OpaquePointer
-
-    /// AES-256-GCM fetched from OpenSSL's providers once: given `EVP_aes_256_gcm()`, every
-    /// `EVP_*Init_ex` fetches the implementation again (a method-store lookup), which was a fifth
-    /// of a context's set-up. A fetched cipher is immutable and may be shared between threads.
-    nonisolated(unsafe) private static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+    private let context: OpaquePointer
 
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
     public convenience init(key: SecureBytes) throws(CryptoError) {
@@ -34,39 +32,22 @@ public final class AESGCMContext {
 
     private init(rawKey k: UnsafeRawBufferPointer) throws(CryptoError) {
         guard k.count == Self.keySize else { throw CryptoError.invalidKeySize }
-        guard let enc = EVP_CIPHER_CTX_new() else { throw CryptoError.openSSL("EVP_CIPHER_CTX_new") }
-        guard let dec = EVP_CIPHER_CTX_new() else {
-            EVP_CIPHER_CTX_free(enc)
-            throw CryptoError.openSSL("EVP_CIPHER_CTX_new")
-        }
-        encryptContext = enc
-        decryptContext = dec
-        let kp = k.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        guard let cipher = Self.cipher else { throw CryptoError.openSSL("EVP_CIPHER_fetch(AES-256-GCM)") }
-        guard EVP_EncryptInit_ex(enc, cipher, nil, kp, nil) == 1,
-              EVP_DecryptInit_ex(dec, cipher, nil, kp, nil) == 1
-        else { throw CryptoError.openSSL("EVP_*Init_ex") }
+        context = try CipherContextPool.aes256GCM.take(key: k.baseAddress!)
     }
 
-    /// Whether `seal` may be used: false after `rekeyForOpening`.
-    public private(set) var canSeal = true
-
-    /// Re-keys the opening side only, reusing the OpenSSL contexts (no allocation): for caches of
-    /// many short-lived keys that are only read with. `seal` is not allowed afterwards.
+    /// Re-keys this context in place (no allocation): for caches of many short-lived keys.
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
-    public func rekeyForOpening(_ key: SecureBuffer) throws(CryptoError) {
+    public func rekey(_ key: SecureBuffer) throws(CryptoError) {
         guard key.count == Self.keySize else { throw CryptoError.invalidKeySize }
-        canSeal = false
         let ok = key.withUnsafeBytes { k in
-            EVP_DecryptInit_ex(decryptContext, nil, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil) == 1
+            EVP_CipherInit_ex(context, nil, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil, 1) == 1
         }
-        guard ok else { throw CryptoError.openSSL("EVP_DecryptInit_ex") }
+        guard ok else { throw CryptoError.openSSL("EVP_CipherInit_ex") }
     }
 
     deinit {
-        // EVP_CIPHER_CTX_free cleanses the expanded key schedule.
-        EVP_CIPHER_CTX_free(encryptContext)
-        EVP_CIPHER_CTX_free(decryptContext)
+        // Re-keyed with zeros before it is kept for reuse (or freed, which cleanses it).
+        CipherContextPool.aes256GCM.give(context)
     }
 
     /// Encrypts `plaintext` into `ciphertext` (same length) and writes the 16-byte tag to `tag`.
@@ -78,11 +59,10 @@ public final class AESGCMContext {
         ciphertext: UnsafeMutableRawPointer,
         tag: UnsafeMutableRawPointer
     ) throws(CryptoError) {
-        precondition(canSeal, "a context re-keyed for opening only cannot seal")
-        let ctx = encryptContext
+        let ctx = context
         var outLen: Int32 = 0
-        guard EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self)) == 1
-        else { throw CryptoError.openSSL("EVP_EncryptInit_ex") }
+        guard EVP_CipherInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), 1) == 1
+        else { throw CryptoError.openSSL("EVP_CipherInit_ex(seal)") }
         if aad.count > 0 {
             guard EVP_EncryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
             else { throw CryptoError.openSSL("EVP_EncryptUpdate(aad)") }
@@ -107,9 +87,9 @@ public final class AESGCMContext {
         tag: UnsafeRawPointer,
         plaintext: UnsafeMutableRawPointer
     ) -> Bool {
-        let ctx = decryptContext
+        let ctx = context
         var outLen: Int32 = 0
-        var ok = EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self)) == 1
+        var ok = EVP_CipherInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), 0) == 1
         if ok, aad.count > 0 {
             ok = EVP_DecryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
         }

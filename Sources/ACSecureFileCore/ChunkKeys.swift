@@ -79,7 +79,7 @@ final class ChunkKeys {
         do {
             try Self.derive(prf, selector: s, into: keyScratch)
             let c: AESGCMContext
-            if let old = contexts[hand] { try old.rekeyForOpening(keyScratch); c = old } else { c = try AESGCMContext(key: keyScratch) }
+            if let old = contexts[hand] { try old.rekey(keyScratch); c = old } else { c = try AESGCMContext(key: keyScratch) }
             selectors[hand] = s
             contexts[hand] = c
             hand = (hand + 1) % contexts.count
@@ -116,7 +116,7 @@ final class ChunkKeys {
         guard let prf else { return }
         defer { keyScratch.wipe() }
         try Self.derive(prf, selector: s, into: keyScratch)
-        // Its own context, never one of the read cache's (those are re-keyed for opening only).
+        // Its own context, never one of the read cache's (those are re-keyed as the cache turns over).
         writeContext = try AESGCMContext(key: keyScratch)
         writeSelector = s
         writesLeft = Self.writesPerSelector

@@ -206,6 +206,19 @@ final class SharedFile: @unchecked Sendable {
         keyGeneration = 0
     }
 
+    /// The last handle was closed: no open can reach this state any more (the next one makes a new
+    /// state), so its keys and plaintext go now, not when the closed handle objects are released
+    /// (docs/FORMAT.md "Keys in memory"). The close has written the run, or reported why not.
+    func forgetSecretsAfterLastClose() {
+        dropRun()
+        dropCache()
+        dropReadCache()
+        work.wipe()
+        cipher = nil
+        dataKey = nil
+        keyGeneration = 0
+    }
+
     /// Forgets the cached chunk (its plaintext is wiped).
     func dropCache() {
         cacheIndex = -1
