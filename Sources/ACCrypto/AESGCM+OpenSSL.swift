@@ -119,46 +119,73 @@ extension AESGCMContext {
         try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try sealWithRandomNonce(s, aad: aad) }
     }
 
+    /// `sealWithRandomNonce` with the AAD in caller memory (no copy of it is made).
+    public func sealWithRandomNonce(_ secret: SecureBytes, aad: UnsafeRawBufferPointer) throws(CryptoError) -> [UInt8] {
+        try secret.withUnsafeBytes { (s: UnsafeRawBufferPointer) throws(CryptoError) in try sealWithRandomNonce(s, aad: aad) }
+    }
+
     /// Seals `secret` (in guarded memory the caller owns) with a fresh random nonce.
     /// - Returns: nonce ‖ ciphertext ‖ tag.
     public func sealWithRandomNonce(_ s: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> [UInt8] {
+        try withBytes(aad) { (a) throws(CryptoError) in try sealWithRandomNonce(s, aad: a) }
+    }
+
+    /// Seals `secret` with a fresh random nonce, straight into the array it returns (one allocation).
+    /// - Returns: nonce ‖ ciphertext ‖ tag.
+    public func sealWithRandomNonce(_ s: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer) throws(CryptoError) -> [UInt8] {
         let n = s.count
         let total = Self.nonceSize + n + Self.tagSize
-        let o = UnsafeMutableRawBufferPointer.allocate(byteCount: total, alignment: 16)
-        defer { o.deallocate() }
-        SecureRandom.fill(UnsafeMutableRawBufferPointer(rebasing: o[0..<Self.nonceSize]))
-        let a = UnsafeMutableRawBufferPointer.allocate(byteCount: max(aad.count, 1), alignment: 1)
-        defer { a.deallocate() }
-        if !aad.isEmpty { a.copyBytes(from: aad) }
-        try seal(nonce: o.baseAddress!, aad: UnsafeRawBufferPointer(rebasing: a[0..<aad.count]), plaintext: s,
-                 ciphertext: o.baseAddress! + Self.nonceSize, tag: o.baseAddress! + Self.nonceSize + n)
-        return Array(UnsafeRawBufferPointer(o))
+        var failure: CryptoError?
+        let sealed = [UInt8](unsafeUninitializedCapacity: total) { o, initialized in
+            let base = UnsafeMutableRawPointer(o.baseAddress!)
+            SecureRandom.fill(UnsafeMutableRawBufferPointer(start: base, count: Self.nonceSize))
+            do throws(CryptoError) {
+                try seal(nonce: base, aad: aad, plaintext: s, ciphertext: base + Self.nonceSize, tag: base + Self.nonceSize + n)
+            } catch {
+                failure = error
+                base.initializeMemory(as: UInt8.self, repeating: 0, count: total)
+            }
+            initialized = total
+        }
+        if let failure { throw failure }
+        return sealed
     }
 
     /// Opens what `sealWithRandomNonce` produced. Returns nil when it does not authenticate.
     /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left for the secret.
-    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
+    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer) throws(CryptoError) -> SecureBytes? {
         guard sealed.count >= Self.nonceSize + Self.tagSize, let base = sealed.baseAddress else { return nil }
         let n = sealed.count - Self.nonceSize - Self.tagSize
         var authentic = false
         let out = try SecureBytes(count: n) { o in
-            authentic = aad.withUnsafeBytes { a in
-                open(nonce: base, aad: a,
-                     ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
-                     tag: base + Self.nonceSize + n,
-                     plaintext: o.baseAddress!)
-            }
+            authentic = open(nonce: base, aad: aad,
+                             ciphertext: UnsafeRawBufferPointer(start: base + Self.nonceSize, count: n),
+                             tag: base + Self.nonceSize + n,
+                             plaintext: o.baseAddress!)
         }
         return authentic ? out : nil  // when not, `open` zeroed the output; releasing it zeroes it again
     }
-}
 
-extension AESGCMContext {
+    /// `openSealed` with the AAD as an array.
+    public func openSealed(_ sealed: UnsafeRawBufferPointer, aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
+        try withBytes(aad) { (a) throws(CryptoError) in try openSealed(sealed, aad: a) }
+    }
+
+    /// `openSealed` of an array.
+    public func openSealed(_ sealed: [UInt8], aad: UnsafeRawBufferPointer) throws(CryptoError) -> SecureBytes? {
+        try withBytes(sealed) { (s) throws(CryptoError) in try openSealed(s, aad: aad) }
+    }
+
     /// `openSealed` of an array.
     public func openSealed(_ sealed: [UInt8], aad: [UInt8]) throws(CryptoError) -> SecureBytes? {
-        let opened: Result<SecureBytes?, CryptoError> = sealed.withUnsafeBytes { s in
-            do throws(CryptoError) { return .success(try openSealed(s, aad: aad)) } catch { return .failure(error) }
-        }
-        return try opened.get()
+        try withBytes(sealed) { (s) throws(CryptoError) in try openSealed(s, aad: aad) }
     }
+}
+
+/// `Array.withUnsafeBytes` with a typed error (the standard library's only rethrows).
+private func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(CryptoError) -> R) throws(CryptoError) -> R {
+    let result: Result<R, CryptoError> = bytes.withUnsafeBytes { b in
+        do throws(CryptoError) { return .success(try body(b)) } catch { return .failure(error) }
+    }
+    return try result.get()
 }

@@ -19,8 +19,10 @@ final class ChunkKeys {
     /// Version 1: the data key's GCM context. Version 2: nil.
     private let single: AESGCMContext?
     private let prf: AESBlockCipher?
-    private var selectors = [UInt32](repeating: 0, count: ChunkKeys.cachedSelectors)
-    private var contexts = [AESGCMContext?](repeating: nil, count: ChunkKeys.cachedSelectors)
+    private struct Cached { var selector: UInt32; let context: AESGCMContext }
+    /// The read cache: grows as selectors are met (most files meet one or two, so an open allocates
+    /// little), up to `cachedSelectors`, then its oldest entry (`hand`) is re-keyed for the next.
+    private var cached: [Cached] = []
     private var hand = 0
     /// Where K_s is derived (guarded memory, wiped after each use).
     private let keyScratch: SecureBuffer
@@ -70,27 +72,34 @@ final class ChunkKeys {
     }
 
     private func lookUp(_ s: UInt32) -> AESGCMContext? {
-        for i in 0..<contexts.count where selectors[i] == s {
-            if let c = contexts[i] { lastSelector = s; lastContext = c; return c }
+        for entry in cached where entry.selector == s {
+            lastSelector = s
+            lastContext = entry.context
+            return entry.context
         }
         guard let prf else { return nil }
         // A miss: derive K_s and re-key the oldest cached context (or make one while the cache fills).
         defer { keyScratch.wipe() }
-        do {
-            try Self.derive(prf, selector: s, into: keyScratch)
-            let c: AESGCMContext
-            if let old = contexts[hand] { try old.rekey(keyScratch); c = old } else { c = try AESGCMContext(key: keyScratch) }
-            selectors[hand] = s
-            contexts[hand] = c
-            hand = (hand + 1) % contexts.count
-            lastSelector = s
-            lastContext = c
-            return c
-        } catch {
-            contexts[hand] = nil
-            lastContext = nil
-            return nil
+        lastContext = nil
+        do throws(CryptoError) { try Self.derive(prf, selector: s, into: keyScratch) } catch { return nil }
+        let context: AESGCMContext
+        if cached.count < Self.cachedSelectors {
+            guard let fresh = try? AESGCMContext(key: keyScratch) else { return nil }
+            context = fresh
+            cached.append(Cached(selector: s, context: context))
+        } else {
+            context = cached[hand].context
+            do throws(CryptoError) { try context.rekey(keyScratch) } catch {
+                cached.remove(at: hand)  // keyed with who knows what: never used again
+                hand = 0
+                return nil
+            }
+            cached[hand].selector = s
+            hand = (hand + 1) % Self.cachedSelectors
         }
+        lastSelector = s
+        lastContext = context
+        return context
     }
 
     /// The selector and context for the next seal: the current selector until it has sealed

@@ -126,7 +126,9 @@ public struct FileHeader: Sendable, Equatable {
         keyClass = kek.keyClass.rawValue
         fingerprint = kek.fingerprint
         do {
-            wrappedKey = try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: authenticatedPrefix)
+            wrappedKey = try withAuthenticatedPrefix { (prefix) throws(CryptoError) in
+                try AESGCMContext(key: kek.key).sealWithRandomNonce(dataKey, aad: prefix)
+            }
         } catch {
             throw SecureFileError.crypto(error, "cannot wrap the file key")
         }
@@ -139,36 +141,66 @@ public struct FileHeader: Sendable, Equatable {
         guard keyClass == kek.keyClass.rawValue, constantTimeEqualBytes(kek.fingerprint, fingerprint),
               let ctx = try? AESGCMContext(key: kek.key) else { return nil }
         let key: SecureBytes?
-        do throws(CryptoError) { key = try ctx.openSealed(wrappedKey, aad: authenticatedPrefix) } catch {
+        do throws(CryptoError) {
+            key = try withAuthenticatedPrefix { (prefix) throws(CryptoError) in try ctx.openSealed(wrappedKey, aad: prefix) }
+        } catch {
             throw .crypto(error, "\(path): file key")
         }
         return key?.count == 32 ? key : nil
     }
 
-    /// Bytes 0..<48, authenticated as the wrap's AAD.
-    var authenticatedPrefix: [UInt8] {
-        var b = Self.magic
-        b += bigEndianBytes(layout.version, 2)
-        b += bigEndianBytes(UInt16(FileLayout.headerSize), 2)
-        b += [layout.chunkShift, keyClass]
-        b += bigEndianBytes(flags, 2)
-        b += [0, 0, 0, 0]
-        b += fileID
-        b += fingerprint
-        return b
+    static let authenticatedPrefixSize = 48
+
+    /// Bytes 0..<48, authenticated as the wrap's AAD (tests; the engine uses `withAuthenticatedPrefix`).
+    var authenticatedPrefix: [UInt8] { withAuthenticatedPrefix { Array($0) } }
+
+    /// Calls `body` with bytes 0..<48, written on the stack: a header is unwrapped at every open.
+    func withAuthenticatedPrefix<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        var prefix: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0)
+        return try withUnsafeMutableBytes(of: &prefix) { (b: UnsafeMutableRawBufferPointer) throws(E) -> R in
+            writeAuthenticatedPrefix(into: b.baseAddress!)
+            return try body(UnsafeRawBufferPointer(b))
+        }
     }
 
+    /// Writes bytes 0..<48 to `out`.
+    private func writeAuthenticatedPrefix(into out: UnsafeMutableRawPointer) {
+        precondition(fileID.count == 16 && fingerprint.count == 16)
+        out.storeBytes(of: Self.magicValue.bigEndian, as: UInt32.self)
+        out.storeBytes(of: layout.version.bigEndian, toByteOffset: 4, as: UInt16.self)
+        out.storeBytes(of: UInt16(FileLayout.headerSize).bigEndian, toByteOffset: 6, as: UInt16.self)
+        out.storeBytes(of: layout.chunkShift, toByteOffset: 8, as: UInt8.self)
+        out.storeBytes(of: keyClass, toByteOffset: 9, as: UInt8.self)
+        out.storeBytes(of: flags.bigEndian, toByteOffset: 10, as: UInt16.self)
+        out.storeBytes(of: UInt32(0), toByteOffset: 12, as: UInt32.self)
+        fileID.withUnsafeBytes { (out + 16).copyMemory(from: $0.baseAddress!, byteCount: 16) }
+        fingerprint.withUnsafeBytes { (out + 32).copyMemory(from: $0.baseAddress!, byteCount: 16) }
+    }
+
+    /// "ACSF" as a big-endian integer, for the writers and the parser.
+    static let magicValue: UInt32 = 0x4143_5346
+
     func encoded() -> [UInt8] {
-        var b = authenticatedPrefix + wrappedKey
-        b += [UInt8](repeating: 0, count: FileLayout.headerSize - b.count)
-        precondition(b.count == FileLayout.headerSize)
-        return b
+        precondition(wrappedKey.count == FileLayout.headerSize - 20 - Self.authenticatedPrefixSize)
+        return [UInt8](unsafeUninitializedCapacity: FileLayout.headerSize) { b, initialized in
+            let out = UnsafeMutableRawPointer(b.baseAddress!)
+            writeAuthenticatedPrefix(into: out)
+            wrappedKey.withUnsafeBytes { (out + Self.authenticatedPrefixSize).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            let reserved = Self.authenticatedPrefixSize + wrappedKey.count
+            (out + reserved).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.headerSize - reserved)
+            initialized = FileLayout.headerSize
+        }
     }
 
     /// Parses untrusted bytes. Every field is checked; nothing here is trusted until `unwrap` succeeds.
     static func parse(_ b: [UInt8]) -> Result<FileHeader, HeaderParseError> {
+        b.withUnsafeBytes { parse($0) }
+    }
+
+    /// Parses untrusted bytes in caller memory (the header read at an open: no copy of them is made).
+    static func parse(_ b: UnsafeRawBufferPointer) -> Result<FileHeader, HeaderParseError> {
         guard b.count >= FileLayout.headerSize else { return .failure(.tooShort) }
-        guard Array(b[0..<4]) == magic else { return .failure(.notASecureFile) }
+        guard UInt32(bigEndian: b.loadUnaligned(as: UInt32.self)) == magicValue else { return .failure(.notASecureFile) }
         let version = UInt16(b[4]) << 8 | UInt16(b[5])
         guard FileLayout.supportedVersions.contains(version) else { return .failure(.unsupportedVersion(Int(version))) }
         let headerSize = Int(b[6]) << 8 | Int(b[7])
@@ -205,20 +237,22 @@ extension FileHeader {
     /// how a reader tells a damaged file of one class from a file of another kind. Nil when the
     /// file does not start like a secure file (or cannot be read).
     package static func claimedKeyClass(of fd: Int32) -> UInt8? {
-        var prefix = [UInt8](repeating: 0, count: 16)
-        guard case .success(prefix.count) = prefix.withUnsafeMutableBytes({ Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }),
-              Array(prefix[0..<4]) == magic else { return nil }
-        return prefix[9]
+        var prefix = (UInt64(0), UInt64(0))
+        return withUnsafeMutableBytes(of: &prefix) { p -> UInt8? in
+            guard case .success(16) = Sys.preadFull(fd, p.baseAddress!, 16, 0), UInt32(bigEndian: p.load(as: UInt32.self)) == magicValue else { return nil }
+            return p[9]
+        }
     }
 
     /// Reads and parses the header at the start of `fd`: the one place every caller (open, stat,
     /// re-wrap, coordination, wrapped files) gets a header from disk.
     package static func read(from fd: Int32) -> Result<FileHeader, ReadFailure> {
-        var bytes = [UInt8](repeating: 0, count: FileLayout.headerSize)
-        switch bytes.withUnsafeMutableBytes({ Sys.preadFull(fd, $0.baseAddress!, $0.count, 0) }) {
-        case .failure(let e): return .failure(.io(e.rawValue))
-        case .success(let n) where n < bytes.count: return .failure(.invalid(.tooShort))
-        case .success: return parse(bytes).mapError { .invalid($0) }
+        withUnsafeTemporaryAllocation(byteCount: FileLayout.headerSize, alignment: 8) { bytes in
+            switch Sys.preadFull(fd, bytes.baseAddress!, bytes.count, 0) {
+            case .failure(let e): return .failure(.io(e.rawValue))
+            case .success(let n) where n < bytes.count: return .failure(.invalid(.tooShort))
+            case .success: return parse(UnsafeRawBufferPointer(bytes)).mapError { .invalid($0) }
+            }
         }
     }
 }
