@@ -19,9 +19,10 @@ import CACSecureSodium
 /// (the `RLIMIT_MEMLOCK` budget is shared with live buffers).
 ///
 /// The pool itself allocates nothing: `sizeClasses` fixed stacks, each claimed by one exact size
-/// while it holds buffers (a process uses few sizes: the chunk sizes, 32-byte keys, 16-byte
-/// fingerprints). A buffer of yet another size while every stack is in use is freed, not pooled.
-/// (A dictionary of arrays here cost a heap allocation per take: every open made a dozen.)
+/// while it holds buffers (a process mostly uses few sizes: the chunk sizes, 32-byte keys, 16-byte
+/// fingerprints, HKDF's scratch). A buffer of yet another size while every stack is in use takes
+/// the stack of another size in turn, whose buffers are freed. (A dictionary of arrays here cost a
+/// heap allocation per take: every open made a dozen.)
 final class GuardedMemoryPool: Sendable {
     static let shared = GuardedMemoryPool()
 
@@ -42,17 +43,27 @@ final class GuardedMemoryPool: Sendable {
     private struct State {
         var stacks = Stacks(repeating: Stack())
         var pooledBytes = 0
+        /// The stack a new size takes next when none is empty.
+        var victim = 0
 
-        /// The stack holding `size`, or (when `claiming`) an empty one, which then takes `size`.
-        mutating func stackIndex(_ size: Int, claiming: Bool) -> Int? {
-            var empty: Int?
-            for i in stacks.indices {
-                if stacks[i].size == size && stacks[i].count > 0 { return i }
-                if empty == nil && stacks[i].count == 0 { empty = i }
+        /// The stack holding `size`, if any.
+        func stackIndex(_ size: Int) -> Int? {
+            stacks.indices.first { stacks[$0].size == size && stacks[$0].count > 0 }
+        }
+
+        /// The stack for a buffer of `size` given back: its own, an empty one, or another size's,
+        /// whose buffers are moved to `evicted` (to be freed outside the lock).
+        mutating func claimStack(_ size: Int, evicting evicted: inout Stack) -> Int {
+            if let i = stackIndex(size) { return i }
+            let i = stacks.indices.first { stacks[$0].count == 0 } ?? victim
+            if stacks[i].count > 0 {
+                evicted = stacks[i]
+                pooledBytes -= stacks[i].count * GuardedMemoryPool.footprint(stacks[i].size)
+                victim = (victim + 1) % stacks.count
             }
-            guard claiming, let empty else { return nil }
-            stacks[empty].size = size
-            return empty
+            stacks[i].size = size
+            stacks[i].count = 0
+            return i
         }
     }
 
@@ -69,7 +80,7 @@ final class GuardedMemoryPool: Sendable {
     func take(_ size: Int) -> UnsafeMutableRawPointer? {
         guard size <= Self.maximumBufferSize, !simulatingExhaustion else { return nil }
         let address: UInt = state.withLock { s in
-            guard let i = s.stackIndex(size, claiming: false) else { return 0 }
+            guard let i = s.stackIndex(size) else { return 0 }
             s.stacks[i].count -= 1
             s.pooledBytes -= Self.footprint(size)
             return s.stacks[i].addresses[s.stacks[i].count]
@@ -82,16 +93,18 @@ final class GuardedMemoryPool: Sendable {
     func give(_ p: UnsafeMutableRawPointer, size: Int) {
         sodium_memzero(p, size)
         let address = UInt(bitPattern: p)
+        var evicted = Stack()
         let kept = size <= Self.maximumBufferSize && state.withLock { s in
             let footprint = Self.footprint(size)
-            guard s.pooledBytes + footprint <= Self.maximumPooledBytes,
-                  let i = s.stackIndex(size, claiming: true), s.stacks[i].count < Self.maximumBuffersPerSize else { return false }
+            let i = s.claimStack(size, evicting: &evicted)
+            guard s.pooledBytes + footprint <= Self.maximumPooledBytes, s.stacks[i].count < Self.maximumBuffersPerSize else { return false }
             s.stacks[i].addresses[s.stacks[i].count] = address
             s.stacks[i].count += 1
             s.pooledBytes += footprint
             return true
         }
         if !kept { sodium_free(p) }
+        for j in 0..<evicted.count { sodium_free(UnsafeMutableRawPointer(bitPattern: evicted.addresses[j])) }
     }
 
     /// Tests: while set, the pool hands out nothing and every fresh allocation fails, as when the
@@ -104,5 +117,5 @@ final class GuardedMemoryPool: Sendable {
     var pooledBytes: Int { state.withLock { $0.pooledBytes } }
 
     /// How many buffers of `size` bytes are pooled (tests).
-    func pooledCount(size: Int) -> Int { state.withLock { s in s.stackIndex(size, claiming: false).map { s.stacks[$0].count } ?? 0 } }
+    func pooledCount(size: Int) -> Int { state.withLock { s in s.stackIndex(size).map { s.stacks[$0].count } ?? 0 } }
 }

@@ -154,6 +154,18 @@ final class GuardedMemoryPoolTests: XCTestCase {
         XCTAssertEqual(GuardedMemoryPool.shared.pooledCount(size: 4091), GuardedMemoryPool.maximumBuffersPerSize)
         XCTAssertLessThanOrEqual(GuardedMemoryPool.shared.pooledBytes, GuardedMemoryPool.maximumPooledBytes)
     }
+
+    /// The pool has a fixed number of sizes (it allocates nothing itself): a new size takes the place
+    /// of another when every one is in use, and the bounds still hold.
+    func testANewSizeIsPooledWhenEverySizeIsInUse() throws {
+        for size in 5000..<(5000 + GuardedMemoryPool.sizeClasses + 3) { _ = try SecureBytes(count: size) }
+        _ = try SecureBytes(count: 4087)
+        XCTAssertEqual(GuardedMemoryPool.shared.pooledCount(size: 4087), 1)
+        XCTAssertLessThanOrEqual(GuardedMemoryPool.shared.pooledBytes, GuardedMemoryPool.maximumPooledBytes)
+        let again = try SecureBytes(count: 4087)
+        XCTAssertEqual(GuardedMemoryPool.shared.pooledCount(size: 4087), 0, "taken from the pool")
+        XCTAssertEqual(again.bytes, [UInt8](repeating: 0, count: 4087))
+    }
 }
 
 /// Issue 15, finding 9: running out of guarded memory is an error the caller sees, never a trap.
