@@ -49,7 +49,7 @@ extension SecureFile {
                                   message: "\(path): read cache of \(n) bytes (allowed: \(ReadCache.validBytes.lowerBound) to \(ReadCache.validBytes.upperBound))")
         }
         let services = try resolveServices(services, path)
-        guard services.keyGeneration != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
+        guard services.keyGeneration != 0 else { throw .servicesUnavailable(path) }
 
         let accessMode = flags & O_ACCMODE
         // The engine reads chunks to modify them, so a writer needs a readable descriptor. O_APPEND

@@ -169,13 +169,13 @@ final class SharedFile: @unchecked Sendable {
     /// Fails with `ACE_NO_KEYS_ERROR` while services are unavailable; reloads the file key after an unlock.
     func ensureKeys() throws(SecureFileError) {
         let generation = services.keyGeneration
-        guard generation != 0 else { throw .ace(.noKeys, "\(path): secure services are unavailable") }
+        guard generation != 0 else { throw .servicesUnavailable(path) }
         services.noteActivity()
         if generation == keyGeneration, cipher != nil || !hasHeader { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
-            throw error.code == .noKeys ? .ace(.noKeys, "\(path): secure services are unavailable") : .services(error, path)
+            throw error.code == .noKeys ? .servicesUnavailable(path) : .services(error, path)
         }
         guard let dataKey = try header.unwrap(with: kek, path: path) else {
             throw .ace(.badKeyOrCorruptData, "\(path): the file key does not unwrap with the \(keySelection) key")
