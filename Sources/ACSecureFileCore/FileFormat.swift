@@ -109,9 +109,49 @@ public struct FileHeader: Sendable, Equatable {
     public var layout: FileLayout
     public var keyClass: UInt8
     public var flags: UInt16
-    public var fileID: [UInt8]
-    public var fingerprint: [UInt8]
-    public var wrappedKey: [UInt8]  // nonce ‖ ciphertext ‖ tag (60 bytes)
+    /// Bytes 16..<108: file ID (16) ‖ KEK fingerprint (16) ‖ wrapped key (60; empty before `wrap`), in
+    /// one array: every first open parses a header (one allocation instead of three).
+    private var fields: [UInt8]
+
+    public var fileID: [UInt8] {
+        get { Array(fields[0..<16]) }
+        set { precondition(newValue.count == 16); fields.replaceSubrange(0..<16, with: newValue) }
+    }
+    public var fingerprint: [UInt8] {
+        get { Array(fields[16..<32]) }
+        set { precondition(newValue.count == 16); fields.replaceSubrange(16..<32, with: newValue) }
+    }
+    /// nonce ‖ ciphertext ‖ tag (60 bytes).
+    public var wrappedKey: [UInt8] {
+        get { Array(fields[32...]) }
+        set { fields.replaceSubrange(32..., with: newValue) }
+    }
+
+    public init(layout: FileLayout, keyClass: UInt8, flags: UInt16, fileID: [UInt8], fingerprint: [UInt8], wrappedKey: [UInt8]) {
+        precondition(fileID.count == 16 && fingerprint.count == 16)
+        self.layout = layout
+        self.keyClass = keyClass
+        self.flags = flags
+        var fields: [UInt8] = []
+        fields.reserveCapacity(92)
+        fields += fileID
+        fields += fingerprint
+        fields += wrappedKey
+        self.fields = fields
+    }
+
+    /// Parsed fields: `fields` is bytes 16..<108 of a header.
+    private init(layout: FileLayout, keyClass: UInt8, flags: UInt16, fields: [UInt8]) {
+        self.layout = layout
+        self.keyClass = keyClass
+        self.flags = flags
+        self.fields = fields
+    }
+
+    /// The file ID's 16 bytes, without a copy.
+    func withFileID<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        fields.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<16])) }
+    }
 
     /// A new header for a new file: fresh file ID, data key wrapped under `kek`.
     static func create(layout: FileLayout, kek: KeyEncryptionKey, dataKey: SecureBytes) throws(SecureFileError) -> FileHeader {
@@ -138,18 +178,24 @@ public struct FileHeader: Sendable, Equatable {
     /// altered). The key class must be `kek`'s: it tells readers which key a file needs.
     /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` naming `path` when no guarded memory is left for the key.
     func unwrap(with kek: KeyEncryptionKey, path: String = "") throws(SecureFileError) -> SecureBytes? {
-        guard keyClass == kek.keyClass.rawValue, constantTimeEqualBytes(kek.fingerprint, fingerprint),
-              let ctx = try? AESGCMContext(key: kek.key) else { return nil }
+        let sameKEK = kek.fingerprint.withUnsafeBytes { k in
+            fields.withUnsafeBytes { f in constantTimeEqual(k, UnsafeRawBufferPointer(rebasing: f[16..<32])) }
+        }
+        guard keyClass == kek.keyClass.rawValue, sameKEK, let ctx = try? AESGCMContext(key: kek.key) else { return nil }
+        let opened: Result<SecureBytes?, CryptoError> = withAuthenticatedPrefix { prefix in
+            fields.withUnsafeBytes { f in
+                do throws(CryptoError) { return .success(try ctx.openSealed(UnsafeRawBufferPointer(rebasing: f[32...]), aad: prefix)) } catch {
+                    return .failure(error)
+                }
+            }
+        }
         let key: SecureBytes?
-        do throws(CryptoError) {
-            key = try withAuthenticatedPrefix { (prefix) throws(CryptoError) in try ctx.openSealed(wrappedKey, aad: prefix) }
-        } catch {
-            throw .crypto(error, "\(path): file key")
+        switch opened {
+        case .success(let k): key = k
+        case .failure(let error): throw .crypto(error, "\(path): file key")
         }
         return key?.count == 32 ? key : nil
     }
-
-    static let authenticatedPrefixSize = 48
 
     /// Bytes 0..<48, authenticated as the wrap's AAD (tests; the engine uses `withAuthenticatedPrefix`).
     var authenticatedPrefix: [UInt8] { withAuthenticatedPrefix { Array($0) } }
@@ -165,7 +211,6 @@ public struct FileHeader: Sendable, Equatable {
 
     /// Writes bytes 0..<48 to `out`.
     private func writeAuthenticatedPrefix(into out: UnsafeMutableRawPointer) {
-        precondition(fileID.count == 16 && fingerprint.count == 16)
         out.storeBytes(of: Self.magicValue.bigEndian, as: UInt32.self)
         out.storeBytes(of: layout.version.bigEndian, toByteOffset: 4, as: UInt16.self)
         out.storeBytes(of: UInt16(FileLayout.headerSize).bigEndian, toByteOffset: 6, as: UInt16.self)
@@ -173,20 +218,19 @@ public struct FileHeader: Sendable, Equatable {
         out.storeBytes(of: keyClass, toByteOffset: 9, as: UInt8.self)
         out.storeBytes(of: flags.bigEndian, toByteOffset: 10, as: UInt16.self)
         out.storeBytes(of: UInt32(0), toByteOffset: 12, as: UInt32.self)
-        fileID.withUnsafeBytes { (out + 16).copyMemory(from: $0.baseAddress!, byteCount: 16) }
-        fingerprint.withUnsafeBytes { (out + 32).copyMemory(from: $0.baseAddress!, byteCount: 16) }
+        fields.withUnsafeBytes { (out + 16).copyMemory(from: $0.baseAddress!, byteCount: 32) }  // file ID ‖ fingerprint
     }
 
     /// "ACSF" as a big-endian integer, for the writers and the parser.
     static let magicValue: UInt32 = 0x4143_5346
 
     func encoded() -> [UInt8] {
-        precondition(wrappedKey.count == FileLayout.headerSize - 20 - Self.authenticatedPrefixSize)
+        precondition(fields.count == 108 - 16, "a header is encoded once its data key is wrapped")
         return [UInt8](unsafeUninitializedCapacity: FileLayout.headerSize) { b, initialized in
             let out = UnsafeMutableRawPointer(b.baseAddress!)
             writeAuthenticatedPrefix(into: out)
-            wrappedKey.withUnsafeBytes { (out + Self.authenticatedPrefixSize).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            let reserved = Self.authenticatedPrefixSize + wrappedKey.count
+            fields.withUnsafeBytes { (out + 16).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            let reserved = 16 + fields.count
             (out + reserved).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.headerSize - reserved)
             initialized = FileLayout.headerSize
         }
@@ -214,8 +258,7 @@ public struct FileHeader: Sendable, Equatable {
         guard b[12..<16].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 12..<16 are not zero")) }
         guard b[108..<128].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 108..<128 are not zero")) }
         return .success(FileHeader(layout: FileLayout(chunkShift: b[8], version: version), keyClass: b[9], flags: flags,
-                                   fileID: Array(b[16..<32]), fingerprint: Array(b[32..<48]),
-                                   wrappedKey: Array(b[48..<108])))
+                                   fields: Array(b[16..<108])))
     }
 }
 

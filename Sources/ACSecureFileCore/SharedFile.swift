@@ -40,7 +40,7 @@ final class SharedFile: @unchecked Sendable {
     var header: FileHeader? {
         didSet {
             hasHeader = header != nil
-            if let header { fileID.copyMemory(from: header.fileID, byteCount: 16) }
+            header?.withFileID { fileID.copyMemory(from: $0.baseAddress!, byteCount: 16) }
         }
     }
     /// `header != nil`, for the checks of every call: testing the optional copies the header (three
