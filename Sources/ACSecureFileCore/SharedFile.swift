@@ -47,7 +47,7 @@ final class SharedFile: @unchecked Sendable {
     /// arrays: six reference-count operations).
     private(set) var hasHeader = false
     /// The file ID as raw memory, for the per-chunk AAD.
-    let fileID = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 8)
+    let fileID: UnsafeMutableRawPointer
     var layout: FileLayout
     /// The chunk and trailer keys (derived from the data key per selector in version 2).
     var cipher: ChunkKeys?
@@ -106,12 +106,15 @@ final class SharedFile: @unchecked Sendable {
     // Ciphertext staging, grown on demand up to one batch.
     var scratch: UnsafeMutableRawPointer?
     var scratchCapacity = 0
-    let aad = UnsafeMutableRawPointer.allocate(byteCount: FileLayout.chunkAADSize, alignment: 8)
-    let trailerAAD = UnsafeMutableRawPointer.allocate(byteCount: FileLayout.trailerAADSize, alignment: 8)
+    let aad: UnsafeMutableRawPointer
+    let trailerAAD: UnsafeMutableRawPointer
     /// Nonces for one batch (every chunk of the smallest chunk size, and the trailer): one
     /// RAND_bytes call per batch, as a call costs about as much as encrypting a 4 KiB chunk.
-    let nonces = UnsafeMutableRawPointer.allocate(
-        byteCount: ((batchBytes >> Int(FileLayout.chunkShiftRange.lowerBound)) + 1) * FileLayout.nonceSize, alignment: 8)
+    let nonces: UnsafeMutableRawPointer
+    /// `fileID`, `aad`, `trailerAAD` and `nonces` share one allocation (a state is made at every
+    /// first open of a file), at these offsets.
+    private static let aadOffset = 16, trailerAADOffset = 48, noncesOffset = 80
+    private static let noncesSize = ((batchBytes >> Int(FileLayout.chunkShiftRange.lowerBound)) + 1) * FileLayout.nonceSize
 
     /// Larger requests are split into batches of this many plaintext bytes per system call; a
     /// services lock stops a long request between batches.
@@ -126,20 +129,25 @@ final class SharedFile: @unchecked Sendable {
         self.keySelection = keySelection
         self.path = path
         self.layout = FileLayout()
+        precondition(Self.aadOffset >= 16 && Self.trailerAADOffset >= Self.aadOffset + FileLayout.chunkAADSize
+                     && Self.noncesOffset >= Self.trailerAADOffset + FileLayout.trailerAADSize)
+        let block = UnsafeMutableRawPointer.allocate(byteCount: Self.noncesOffset + Self.noncesSize, alignment: 16)
+        fileID = block
+        aad = block + Self.aadOffset
+        trailerAAD = block + Self.trailerAADOffset
+        nonces = block + Self.noncesOffset
         do throws(CryptoError) {
             self.cache = try SecureBuffer(count: layout.chunkSize)
             self.work = try SecureBuffer(count: layout.chunkSize)
         } catch {
+            block.deallocate()  // deinit does not run for a state that was never complete
             throw .crypto(error, "\(path): chunk buffers")
         }
     }
 
     deinit {
         scratch?.deallocate()
-        aad.deallocate()
-        trailerAAD.deallocate()
-        nonces.deallocate()
-        fileID.deallocate()
+        fileID.deallocate()  // with aad, trailerAAD and nonces
         if ioFD >= 0 { _ = Sys.close(ioFD) }
     }
 
