@@ -99,10 +99,15 @@ extension SharedFile {
         }
     }
 
-    func trailerBytes(size: Int64) throws(SecureFileError) -> [UInt8] {
-        let t = ensureScratch(layout.trailerSize)
-        try sealTrailer(into: t, size: size)
-        return Array(UnsafeRawBufferPointer(start: t, count: layout.trailerSize))
+    /// `header`'s bytes followed by the sealed trailer of an empty file, composed in the scratch
+    /// memory (valid until its next use): what starts a file, written with one `pwrite`.
+    func headerAndEmptyTrailer(_ header: FileHeader) throws(SecureFileError) -> UnsafeRawBufferPointer {
+        let encoded = header.encoded()
+        let count = encoded.count + layout.trailerSize
+        let buf = ensureScratch(count)
+        encoded.withUnsafeBytes { buf.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        try sealTrailer(into: buf + encoded.count, size: 0)
+        return UnsafeRawBufferPointer(start: buf, count: count)
     }
 
     func ensureScratch(_ bytes: Int) -> UnsafeMutableRawPointer {

@@ -86,14 +86,12 @@ extension SharedFile {
         dataKey = newKey
         header = newHeader
         keyGeneration = services.keyGeneration
-        var bytes = newHeader.encoded()
-        bytes += try trailerBytes(size: 0)
+        let bytes = try headerAndEmptyTrailer(newHeader)
         tailFailure = nil
         pendingTailRepair = nil
         bytesAfterAuthenticatedEnd = 0
         try changeDisk(0) { () throws(SecureFileError) in
-            let written: Result<Void, Errno> = bytes.withUnsafeBytes { Sys.pwriteFull(ioFD, $0.baseAddress!, $0.count, 0) }
-            try checkIO(written, "write header")
+            try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
             try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
         }
         size = 0

@@ -100,28 +100,31 @@ extension SharedFile {
         var cacheHolds: Int64 = -1
         let zeros = ZeroChunk.pointer
         let firstBase = firstTarget.withUnsafeMutableBytes { $0.baseAddress! }
-        let source = { (i: Int64) -> UnsafeRawPointer in
-            let start = i << shift
-            if covered(i) { return buffer.map { $0 + Int(start - offset) } ?? zeros }
-            let hasOld = (i == runFirst && firstNeedsOld) || (i == lastIndex && lastNeedsOld)
-            let lo = max(start, offset), hi = min(start + Int64(self.layout.chunkLength(i, size: newSize)), end)
-            if !hasOld && hi <= lo { return zeros }  // a chunk of the hole
-            let target = i == runFirst ? firstBase : self.cacheBase
-            if !hasOld { target.initializeMemory(as: UInt8.self, repeating: 0, count: self.chunkSize) }
-            if hi > lo {
-                if let buffer {
-                    (target + Int(lo - start)).copyMemory(from: buffer + Int(lo - offset), byteCount: Int(hi - lo))
-                } else {
-                    (target + Int(lo - start)).initializeMemory(as: UInt8.self, repeating: 0, count: Int(hi - lo))
-                }
-            }
-            if target == self.cacheBase { cacheHolds = i }
-            return UnsafeRawPointer(target)
-        }
+        let cacheBase = self.cacheBase
         let done: Int
         do {
+            // The plaintext of chunk `i`. Passed straight to `writeRun` (not kept in a local first):
+            // a non-escaping closure lives on the stack, a stored one (and `cacheHolds`, which it
+            // changes) would be two heap allocations per call.
             done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1),
-                                length: { self.layout.chunkLength($0, size: newSize) }, source: source)
+                                length: { self.layout.chunkLength($0, size: newSize) }) { (i: Int64) -> UnsafeRawPointer in
+                let start = i << shift
+                if covered(i) { return buffer.map { $0 + Int(start - offset) } ?? zeros }
+                let hasOld = (i == runFirst && firstNeedsOld) || (i == lastIndex && lastNeedsOld)
+                let lo = max(start, offset), hi = min(start + Int64(self.layout.chunkLength(i, size: newSize)), end)
+                if !hasOld && hi <= lo { return zeros }  // a chunk of the hole
+                let target = i == runFirst ? firstBase : cacheBase
+                if !hasOld { target.initializeMemory(as: UInt8.self, repeating: 0, count: self.chunkSize) }
+                if hi > lo {
+                    if let buffer {
+                        (target + Int(lo - start)).copyMemory(from: buffer + Int(lo - offset), byteCount: Int(hi - lo))
+                    } else {
+                        (target + Int(lo - start)).initializeMemory(as: UInt8.self, repeating: 0, count: Int(hi - lo))
+                    }
+                }
+                if target == cacheBase { cacheHolds = i }
+                return UnsafeRawPointer(target)
+            }
         } catch {
             dropCache()
             work.wipe()

@@ -257,10 +257,8 @@ final class SharedFile: @unchecked Sendable {
         self.dataKey = dataKey
         header = newHeader
         keyGeneration = services.keyGeneration
-        var bytes = newHeader.encoded()
-        bytes += try trailerBytes(size: 0)
-        let written = bytes.withUnsafeBytes { Sys.pwriteFull(ioFD, $0.baseAddress!, $0.count, 0) }
-        try checkIO(written, "write header")
+        let bytes = try headerAndEmptyTrailer(newHeader)
+        try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
         size = 0
         diskSize = 0
         tailVerified = true
