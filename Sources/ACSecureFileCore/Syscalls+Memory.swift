@@ -27,7 +27,7 @@ import ACCrypto
     public static let maxFileSize: Int64 = 1 << 30
 
     final class Inode {
-        let number: UInt64
+        var number: UInt64
         var bytes: [UInt8] = []
         var mode: mode_t
         init(number: UInt64, mode: mode_t) { self.number = number; self.mode = mode }
@@ -35,7 +35,7 @@ import ACCrypto
 
     /// An open file description.
     final class Description {
-        let inode: Inode
+        var inode: Inode
         var offset: Int64 = 0
         var statusFlags: Int32  // access mode, O_APPEND, O_NONBLOCK
         init(inode: Inode, statusFlags: Int32) { self.inode = inode; self.statusFlags = statusFlags }
@@ -44,7 +44,7 @@ import ACCrypto
     }
 
     struct Descriptor {
-        let description: Description
+        var description: Description
         var closeOnExec: Bool
     }
 
@@ -52,9 +52,13 @@ import ACCrypto
     private var files: [String: Inode] = [:]
     private var descriptors: [Int32: Descriptor] = [:]
     private var nextInode: UInt64 = 2
-    /// Emptied byte buffers of removed files, reused by new files: a fuzzer removes its files after
-    /// every input, and fresh buffers cost page faults (under ASan each allocation is fresh memory).
-    private var spareBuffers: [[UInt8]] = []
+    /// Inodes of removed files, emptied, and descriptions of closed descriptors, reused by new ones:
+    /// a fuzzer creates, opens and removes its files at every input, and under ASan every allocation
+    /// is costly (fresh byte buffers are fresh pages: page faults).
+    private var spareInodes: [Inode] = []
+    private var spareDescriptions: [Description] = []
+    /// What a spare description refers to.
+    private let noInode = Inode(number: 0, mode: 0)
 
     public init() {}
 
@@ -77,12 +81,25 @@ import ACCrypto
     /// Creates or replaces the file at `path` (a new inode when it did not exist).
     public func setContents(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) {
         locked {
-            if let inode = files[path] { inode.bytes = bytes; return }
-            let inode = Inode(number: nextInode, mode: mode)
-            nextInode += 1
-            inode.bytes = bytes
-            files[path] = inode
+            let inode = files[path] ?? newInode(path, mode: mode)
+            inode.bytes.removeAll(keepingCapacity: true)
+            inode.bytes.append(contentsOf: bytes)
         }
+    }
+
+    /// A new empty inode at `path` (a spare one when there is one).
+    private func newInode(_ path: String, mode: mode_t) -> Inode {
+        let inode: Inode
+        if let spare = spareInodes.popLast() {
+            inode = spare
+            inode.number = nextInode
+            inode.mode = mode
+        } else {
+            inode = Inode(number: nextInode, mode: mode)
+        }
+        nextInode += 1
+        files[path] = inode
+        return inode
     }
 
     /// `unlink(2)`: open descriptors keep the file.
@@ -93,14 +110,14 @@ import ACCrypto
     /// Removes every file and closes every descriptor.
     public func removeAll() {
         locked {
-            for inode in files.values where spareBuffers.count < 4 && inode.bytes.capacity > 0 {
-                var bytes: [UInt8] = []
-                swap(&bytes, &inode.bytes)
-                bytes.removeAll(keepingCapacity: true)
-                spareBuffers.append(bytes)
+            // Taken out one by one (a dictionary keeps its capacity when an element is removed), so
+            // what nothing else holds is known to be unique.
+            while case (_, var descriptor)? = descriptors.popFirst() { recycle(&descriptor.description) }
+            while case (_, var inode)? = files.popFirst() {
+                guard spareInodes.count < 4, isKnownUniquelyReferenced(&inode) else { continue }
+                inode.bytes.removeAll(keepingCapacity: true)
+                spareInodes.append(inode)
             }
-            files.removeAll()
-            descriptors.removeAll()
         }
     }
 
@@ -131,20 +148,37 @@ import ACCrypto
                 if flags & O_TRUNC != 0 { inode.bytes.removeAll(keepingCapacity: true) }
             } else {
                 guard flags & O_CREAT != 0 else { return .failure(Errno(ENOENT)) }
-                inode = Inode(number: nextInode, mode: mode & 0o7777)
-                inode.bytes = spareBuffers.popLast() ?? []
-                nextInode += 1
-                files[path] = inode
+                inode = newInode(path, mode: mode & 0o7777)
             }
             let fd = lowestFreeDescriptor()
             let status = flags & (O_ACCMODE | O_APPEND | O_NONBLOCK)
-            descriptors[fd] = Descriptor(description: Description(inode: inode, statusFlags: status), closeOnExec: flags & O_CLOEXEC != 0)
+            let description: Description
+            if let spare = spareDescriptions.popLast() {
+                description = spare
+                description.inode = inode
+                description.offset = 0
+                description.statusFlags = status
+            } else {
+                description = Description(inode: inode, statusFlags: status)
+            }
+            descriptors[fd] = Descriptor(description: description, closeOnExec: flags & O_CLOEXEC != 0)
             return .success(fd)
         }
     }
 
     public func close(_ fd: Int32) -> Result<Void, Errno> {
-        locked { descriptors.removeValue(forKey: fd) == nil ? .failure(Errno(EBADF)) : .success(()) }
+        locked {
+            guard var removed = descriptors.removeValue(forKey: fd) else { return .failure(Errno(EBADF)) }
+            recycle(&removed.description)
+            return .success(())
+        }
+    }
+
+    /// Keeps a description no other descriptor shares (`dup`) for the next open; it lets go of its inode.
+    private func recycle(_ description: inout Description) {
+        guard spareDescriptions.count < 8, isKnownUniquelyReferenced(&description) else { return }
+        description.inode = noInode
+        spareDescriptions.append(description)
     }
 
     /// `fcntl(fd, F_DUPFD_CLOEXEC, 0)`.
@@ -210,11 +244,11 @@ import ACCrypto
     /// Free bytes: what a file may still grow to.
     public func availableBytes(_ fd: Int32) -> Result<Int64, Errno> { sync(fd).map { Self.maxFileSize } }
 
-    /// `read(2)`.
-    public func read(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer) -> Result<Int, Errno> { readv(fd, [buf]) }
+    /// `read(2)` (no array for its one buffer: a fuzzer calls it at every step).
+    public func read(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer) -> Result<Int, Errno> { readv(fd, CollectionOfOne(buf)) }
 
     /// `write(2)`.
-    public func write(_ fd: Int32, _ buf: UnsafeRawBufferPointer) -> Result<Int, Errno> { writev(fd, [buf]) }
+    public func write(_ fd: Int32, _ buf: UnsafeRawBufferPointer) -> Result<Int, Errno> { writev(fd, CollectionOfOne(buf)) }
 
     /// `fsync(2)` / `fdatasync(2)`: nothing to flush.
     public func sync(_ fd: Int32) -> Result<Void, Errno> {
@@ -292,8 +326,13 @@ import ACCrypto
         }
     }
 
-    /// `readv(2)` (and `read(2)` with one buffer) at the description's offset.
-    public func readv(_ fd: Int32, _ bufs: [UnsafeMutableRawBufferPointer]) -> Result<Int, Errno> {
+    /// `readv(2)` at the description's offset.
+    public func readv(_ fd: Int32, _ bufs: [UnsafeMutableRawBufferPointer]) -> Result<Int, Errno> { readv(fd, bufs[...]) }
+
+    /// `writev(2)` at the description's offset, or at the end with `O_APPEND`.
+    public func writev(_ fd: Int32, _ bufs: [UnsafeRawBufferPointer]) -> Result<Int, Errno> { writev(fd, bufs[...]) }
+
+    private func readv<Buffers: Collection<UnsafeMutableRawBufferPointer>>(_ fd: Int32, _ bufs: Buffers) -> Result<Int, Errno> {
         locked {
             guard let d = description(fd) else { return .failure(Errno(EBADF)) }
             guard d.readable else { return .failure(Errno(EBADF)) }
@@ -309,8 +348,7 @@ import ACCrypto
         }
     }
 
-    /// `writev(2)` (and `write(2)` with one buffer) at the description's offset, or at the end with `O_APPEND`.
-    public func writev(_ fd: Int32, _ bufs: [UnsafeRawBufferPointer]) -> Result<Int, Errno> {
+    private func writev<Buffers: Collection<UnsafeRawBufferPointer>>(_ fd: Int32, _ bufs: Buffers) -> Result<Int, Errno> {
         locked {
             guard let d = description(fd) else { return .failure(Errno(EBADF)) }
             guard d.writable else { return .failure(Errno(EBADF)) }
