@@ -126,7 +126,7 @@ public func ACSecureFilePwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ nbyte: I
 public func ACSecureFileReadv(_ fd: Int32, _ iov: UnsafePointer<iovec>?, _ iovcnt: Int32) -> Int {
     CResult.onFile(fd) { file throws(SecureFileError) in
         let vectors = try iovecs(iov, iovcnt, file, .read, "ACSecureFileReadv")
-        return try file.readv(vectors.map { UnsafeMutableRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+        return try file.readv(vectors)
     }
 }
 
@@ -134,7 +134,7 @@ public func ACSecureFileReadv(_ fd: Int32, _ iov: UnsafePointer<iovec>?, _ iovcn
 public func ACSecureFileWritev(_ fd: Int32, _ iov: UnsafePointer<iovec>?, _ iovcnt: Int32) -> Int {
     CResult.onFile(fd) { file throws(SecureFileError) in
         let vectors = try iovecs(iov, iovcnt, file, .write, "ACSecureFileWritev")
-        return try file.writev(vectors.map { UnsafeRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+        return try file.writev(vectors)
     }
 }
 

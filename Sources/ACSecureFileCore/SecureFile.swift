@@ -107,7 +107,14 @@ public final class SecureFile: @unchecked Sendable {
     }
 
     /// `readv(2)`: fills the buffers in order, as one read.
-    public func readv(_ buffers: [UnsafeMutableRawBufferPointer]) throws(SecureFileError) -> Int {
+    public func readv(_ buffers: [UnsafeMutableRawBufferPointer]) throws(SecureFileError) -> Int { try readv(buffers: buffers) }
+
+    /// `readv(2)` on the caller's `iovec` array (the C API: no Swift array per call).
+    package func readv(_ vectors: UnsafeBufferPointer<iovec>) throws(SecureFileError) -> Int {
+        try readv(buffers: vectors.lazy.map { UnsafeMutableRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+    }
+
+    private func readv<Buffers: Sequence<UnsafeMutableRawBufferPointer>>(buffers: Buffers) throws(SecureFileError) -> Int {
         try locked(.read) { (s: SharedFile) throws(SecureFileError) -> Int in
             var total = 0
             for b in buffers where b.count > 0 {
@@ -141,7 +148,14 @@ public final class SecureFile: @unchecked Sendable {
     }
 
     /// `writev(2)`: writes the buffers in order, as one write.
-    public func writev(_ buffers: [UnsafeRawBufferPointer]) throws(SecureFileError) -> Int {
+    public func writev(_ buffers: [UnsafeRawBufferPointer]) throws(SecureFileError) -> Int { try writev(buffers: buffers) }
+
+    /// `writev(2)` from the caller's `iovec` array (the C API: no Swift array per call).
+    package func writev(_ vectors: UnsafeBufferPointer<iovec>) throws(SecureFileError) -> Int {
+        try writev(buffers: vectors.lazy.map { UnsafeRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
+    }
+
+    private func writev<Buffers: Sequence<UnsafeRawBufferPointer>>(buffers: Buffers) throws(SecureFileError) -> Int {
         try locked(.write) { (s: SharedFile) throws(SecureFileError) -> Int in
             if appendMode && buffers.contains(where: { $0.count > 0 }) { offset = s.size }
             var total = 0
