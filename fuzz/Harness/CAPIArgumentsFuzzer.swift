@@ -26,10 +26,13 @@ public enum CAPIArgumentsFuzzer {
     struct Pair { var secure: Int32; var plain: Int32 }
 
     static let securePath = "/fuzz/capi-secure"
-    nonisolated(unsafe) private static var plainPath: String?
+    /// The paths as C strings, made once: a Swift string passed to a C function is copied into a new
+    /// C string at each call (two heap allocations, which ASan makes costly).
+    nonisolated(unsafe) static let securePathC = UnsafePointer(strdup(securePath)!)
+    nonisolated(unsafe) private static var plainPath: UnsafePointer<CChar>?
 
     /// Starts the C API's services once (a store in the scratch directory) and names the plain file.
-    static func setUp() -> String {
+    static func setUp() -> UnsafePointer<CChar> {
         if let plainPath { return plainPath }
         let store = FuzzScratch.path("capi-store")
         guard ACSecureServicesStart("com.example.fuzz-capi", store) == 0 else {
@@ -38,9 +41,17 @@ public enum CAPIArgumentsFuzzer {
         let tmpfs = access("/dev/shm", W_OK) == 0  // a tmpfs on Linux
         let p = tmpfs ? "/dev/shm/acsecure-fuzz-capi-\(getpid())" : FuzzScratch.path("capi-plain")
         if tmpfs { atexit { CAPIArgumentsFuzzer.removePlainFile() } }
-        plainPath = p
-        return p
+        let c = UnsafePointer(strdup(p)!)
+        plainPath = c
+        return c
     }
+
+    /// The arrays of one input (its open and closed pairs, its log), kept from one input to the
+    /// next: new ones were heap allocations at every input. Each input takes them (`swap`) and
+    /// gives them back empty.
+    nonisolated(unsafe) private static var sparePairs: [Pair] = []
+    nonisolated(unsafe) private static var spareClosed: [Pair] = []
+    nonisolated(unsafe) private static var spareLog = CallLog()
 
     static func removePlainFile() {
         if let plainPath { unlink(plainPath) }
@@ -76,12 +87,23 @@ public enum CAPIArgumentsFuzzer {
             unlink(plainPath)
             var pairs: [Pair] = []
             var closed: [Pair] = []
+            var log = CallLog()
+            swap(&pairs, &sparePairs)
+            swap(&closed, &spareClosed)
+            swap(&log, &spareLog)
+            defer {
+                pairs.removeAll(keepingCapacity: true)
+                closed.removeAll(keepingCapacity: true)
+                log.removeAll()
+                swap(&pairs, &sparePairs)
+                swap(&closed, &spareClosed)
+                swap(&log, &spareLog)
+            }
             defer {
                 for p in pairs { _ = ACSecureFileClose(p.secure); close(p.plain) }
                 unlink(plainPath)
             }
             var c = ByteCursor(input)
-            var log = CallLog()
 
             func fds() -> (Int32, Int32) {
                 let b = c.u8()
@@ -158,7 +180,7 @@ public enum CAPIArgumentsFuzzer {
                     let flags = openFlags[Int(fb) % openFlags.count]
                     let nullPath = op == 12 && fb & 1 != 0
                     guard pairs.count < 4 || nullPath else { continue }
-                    let s = nullPath ? ACSecureFile_openWithMode(nil, flags, 0o600) : ACSecureFile_openWithMode(securePath, flags, 0o600)
+                    let s = nullPath ? ACSecureFile_openWithMode(nil, flags, 0o600) : ACSecureFile_openWithMode(securePathC, flags, 0o600)
                     let sr = result(Int(s))
                     // open(NULL, ...) is EFAULT from the kernel (Swift cannot pass NULL to Glibc.open).
                     let p = nullPath ? -1 : Glibc.open(plainPath, flags, 0o600)
@@ -214,45 +236,42 @@ public enum CAPIArgumentsFuzzer {
                     var count = Int32(shape % 5)
                     if shape & 0x80 != 0 { count = [-1, 1025, Int32.min, 1024][Int(shape >> 5) & 3] }
                     let nullArray = shape & 0x40 != 0 && count > 0
-                    let lengths = (0..<max(0, min(Int(count), 8))).map { _ -> Int in
+                    var lengths = SmallIntList()
+                    for _ in 0..<max(0, min(Int(count), SmallIntList.capacity)) {
                         let b = c.u8()
                         switch b % 8 {
-                        case 0: return 0
-                        case 1: return op == 6 ? bufferSize / 8 : Int(b)  // reads: room for the whole file
-                        case 2: return overSSizeMax
-                        default: return Int(c.u8()) * 16 + Int(b % 7)
+                        case 0: lengths.append(0)
+                        case 1: lengths.append(op == 6 ? bufferSize / 8 : Int(b))  // reads: room for the whole file
+                        case 2: lengths.append(overSSizeMax)
+                        default: lengths.append(Int(c.u8()) * 16 + Int(b % 7))
                         }
                     }
                     let nullBase = c.u8() % 8 == 0
                     // Writes read from the pattern: at most 8 × 4 KiB, inside it.
                     if op == 7, lengths.contains(where: { $0 > 4096 && $0 != overSSizeMax }) { continue }
                     if Int(count) > lengths.count && !nullArray && count <= 1024 { continue }  // the array must hold iovcnt entries
-                    func vectors(_ base: UnsafeMutableRawPointer) -> [iovec] {
-                        var o = 0
-                        return lengths.enumerated().map { i, len in
-                            defer { o += op == 6 ? bufferSize / 8 : 0 }
-                            let b: UnsafeMutableRawPointer? = nullBase && i == 0 ? nil : base + (op == 6 ? o : 0)
-                            return iovec(iov_base: b, iov_len: len)
+                    /// The iovec array for `base` (on the stack: an array per call was a heap allocation).
+                    func withVectors<R>(_ base: UnsafeMutableRawPointer, _ body: (UnsafePointer<iovec>?) -> R) -> R {
+                        withUnsafeTemporaryAllocation(of: iovec.self, capacity: SmallIntList.capacity) { v in
+                            var o = 0
+                            for (i, len) in lengths.enumerated() {
+                                let b: UnsafeMutableRawPointer? = nullBase && i == 0 ? nil : base + (op == 6 ? o : 0)
+                                v.initializeElement(at: i, to: iovec(iov_base: b, iov_len: len))
+                                o += op == 6 ? bufferSize / 8 : 0
+                            }
+                            return body(nullArray ? nil : UnsafePointer(v.baseAddress!))
                         }
                     }
                     let sr: Result2, pr: Result2
                     if op == 6 {
-                        sr = secureBuffer.withUnsafeMutableBytes { b in
-                            let v = vectors(b.baseAddress!)
-                            return v.withUnsafeBufferPointer { result(ACSecureFileReadv(s, nullArray ? nil : $0.baseAddress, count)) }
-                        }
-                        pr = plainBuffer.withUnsafeMutableBytes { b in
-                            let v = vectors(b.baseAddress!)
-                            return v.withUnsafeBufferPointer { result(Glibc.readv(p, nullArray ? nil : $0.baseAddress, count)) }
-                        }
+                        sr = secureBuffer.withUnsafeMutableBytes { b in withVectors(b.baseAddress!) { result(ACSecureFileReadv(s, $0, count)) } }
+                        pr = plainBuffer.withUnsafeMutableBytes { b in withVectors(b.baseAddress!) { result(Glibc.readv(p, $0, count)) } }
                     } else {
                         let sizeBefore = nullArray || nullBase ? plainSize() : -1  // only a NULL array or base can give EFAULT
                         defer { undoFailedWrite(pr, sizeBefore: sizeBefore) }
                         (sr, pr) = pattern.withUnsafeBytes { b in
-                            let v = vectors(UnsafeMutableRawPointer(mutating: b.baseAddress!))
-                            return v.withUnsafeBufferPointer { a in
-                                (result(ACSecureFileWritev(s, nullArray ? nil : a.baseAddress, count)),
-                                 result(Glibc.writev(p, nullArray ? nil : a.baseAddress, count)))
+                            withVectors(UnsafeMutableRawPointer(mutating: b.baseAddress!)) { a in
+                                (result(ACSecureFileWritev(s, a, count)), result(Glibc.writev(p, a, count)))
                             }
                         }
                     }
@@ -307,12 +326,12 @@ public enum CAPIArgumentsFuzzer {
                 if ACSecureFileClose(p.secure) != 0 { return FuzzFinding("final close failed: errno \(errno)") }
                 close(p.plain)
             }
-            pairs.removeAll()
+            pairs.removeAll(keepingCapacity: true)
             // The secure file, read back through the C API, equals the plain file.
             let plainFD = Glibc.open(plainPath, O_RDONLY)
             guard plainFD >= 0 else { return fs.contents(securePath) == nil ? nil : FuzzFinding("a secure file exists without its plain twin") }
             defer { close(plainFD) }
-            let secureFD = ACSecureFile_openWithMode(securePath, O_RDONLY, 0)
+            let secureFD = ACSecureFile_openWithMode(securePathC, O_RDONLY, 0)
             guard secureFD >= 0 else { return FuzzFinding("final open failed: errno \(errno)") }
             defer { _ = ACSecureFileClose(secureFD) }
             let sn = secureBuffer.withUnsafeMutableBytes { ACSecureFilePread(secureFD, $0.baseAddress, $0.count, 0) }
@@ -331,7 +350,7 @@ extension CAPIArgumentsFuzzer {
         case close
         case read(at: Int64?, nullBuffer: Bool, count: Int)
         case write(at: Int64?, nullBuffer: Bool, count: Int)
-        case vector(read: Bool, lengths: [Int]?, nullBase: Bool, count: Int32)  // lengths nil: a NULL array
+        case vector(read: Bool, lengths: SmallIntList?, nullBase: Bool, count: Int32)  // lengths nil: a NULL array
         case lseek(Int64, whence: Int32)
         case ftruncate(Int64)
         case fstat(nullBuffer: Bool)
@@ -361,6 +380,9 @@ extension CAPIArgumentsFuzzer {
         private var recent = RecentValues<(Call, Result2, Result2)>(capacity: 16)
 
         mutating func append(_ call: Call, _ secure: Result2, _ plain: Result2) { recent.append((call, secure, plain)) }
+
+        /// Forgets the calls, keeping the memory for the next input.
+        mutating func removeAll() { recent.removeAll() }
 
         /// Oldest first, one call a line.
         var lines: String { recent.ordered.map { "\($0.0) -> secure \($0.1), plain \($0.2)" }.joined(separator: "\n") }

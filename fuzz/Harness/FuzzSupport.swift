@@ -113,6 +113,30 @@ func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
     return a.withUnsafeBytes { x in b.withUnsafeBytes { memcmp(x.baseAddress!, $0.baseAddress!, count) == 0 } }
 }
 
+/// Up to 8 integers as a value (the buffer sizes of a readv or writev call): an array per call was a
+/// heap allocation, which ASan makes costly.
+struct SmallIntList: RandomAccessCollection, CustomStringConvertible {
+    static let capacity = 8
+    private var storage: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private(set) var count = 0
+
+    var startIndex: Int { 0 }
+    var endIndex: Int { count }
+
+    mutating func append(_ value: Int) {
+        precondition(count < Self.capacity)
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: value, toByteOffset: count * MemoryLayout<Int>.stride, as: Int.self) }
+        count += 1
+    }
+
+    subscript(i: Int) -> Int {
+        precondition(i >= 0 && i < count)
+        return withUnsafeBytes(of: storage) { $0.load(fromByteOffset: i * MemoryLayout<Int>.stride, as: Int.self) }
+    }
+
+    var description: String { "\(Array(self))" }
+}
+
 /// The last `capacity` values appended, kept as plain values (no closure or string per call) and
 /// formatted only for a finding: the harnesses' logs of recent calls.
 struct RecentValues<Element> {
@@ -130,6 +154,12 @@ struct RecentValues<Element> {
             entries[next] = value
         }
         next = (next + 1) % capacity
+    }
+
+    /// Forgets the values, keeping the memory.
+    mutating func removeAll() {
+        entries.removeAll(keepingCapacity: true)
+        next = 0
     }
 
     /// Oldest first.

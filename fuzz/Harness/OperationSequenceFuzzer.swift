@@ -54,7 +54,7 @@ public enum OperationSequenceFuzzer {
         case open(flags: Int32)
         case write(Int, count: Int), pwrite(Int, count: Int, at: Int64)
         case read(Int, count: Int, at: Int64?)
-        case writev(Int, sizes: [Int]), readv(Int, sizes: [Int])
+        case writev(Int, sizes: SmallIntList), readv(Int, sizes: SmallIntList)
         case lseek(Int, Int64, whence: Int32)
         case ftruncate(Int, Int64)
         case fstat(Int), fsync(Int), close(Int)
@@ -85,6 +85,9 @@ public enum OperationSequenceFuzzer {
 
         mutating func append(_ step: Int, _ call: Call, _ plain: Outcome?) { recent.append((step, call, plain)) }
 
+        /// Forgets the steps, keeping the memory for the next input.
+        mutating func removeAll() { recent.removeAll() }
+
         var lines: String { recent.ordered.map { "\($0.0) \($0.1)\($0.2.map { " -> \($0)" } ?? "")" }.joined(separator: "\n") }
     }
 
@@ -105,6 +108,13 @@ public enum OperationSequenceFuzzer {
     /// file's bytes and the secure file's, compared up to what the calls returned.
     nonisolated(unsafe) static let plainReadBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
     nonisolated(unsafe) static let secureReadBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+    /// The arrays of one input (its open pairs and its log) and the buffer lists of a readv or
+    /// writev step, kept from one input and step to the next: new ones were heap allocations at every
+    /// input and step, which ASan makes costly. Each input takes them (`swap`) and gives them back empty.
+    nonisolated(unsafe) private static var sparePairs: [Pair] = []
+    nonisolated(unsafe) private static var spareLog = StepLog()
+    nonisolated(unsafe) private static var writeVectors: [UnsafeRawBufferPointer] = []
+    nonisolated(unsafe) private static var readVectors: (secure: [UnsafeMutableRawBufferPointer], plain: [UnsafeMutableRawBufferPointer]) = ([], [])
 
     /// Runs one input. Returns a finding, or nil when both files behaved the same.
     public static func run(_ input: [UInt8]) -> FuzzFinding? {
@@ -120,6 +130,14 @@ public enum OperationSequenceFuzzer {
         var pairs: [Pair] = []
         var locked = false
         var log = StepLog()  // formatted only for a finding
+        swap(&pairs, &sparePairs)
+        swap(&log, &spareLog)
+        defer {
+            pairs.removeAll(keepingCapacity: true)
+            log.removeAll()
+            swap(&pairs, &sparePairs)
+            swap(&log, &spareLog)
+        }
         defer {
             for p in pairs { _ = fs.close(p.plain); try? p.secure.close() }
             if services.availability != .available { try? services.unlock(passcode: nil) }
@@ -127,10 +145,9 @@ public enum OperationSequenceFuzzer {
         var c = ByteCursor(input)
         var step = 0
 
-        func secure(_ body: () throws -> Int64) -> (Outcome, SecureFileError?) {
-            do { return (.value(try body()), nil) } catch let e as SecureFileError { return (.failure(e.errno), e) } catch {
-                return (.failure(-1), SecureFileError(code: .internalError, message: "not a SecureFileError: \(error)"))
-            }
+        // Typed: an untyped throw boxes the error (a heap allocation per failing call).
+        func secure(_ body: () throws(SecureFileError) -> Int64) -> (Outcome, SecureFileError?) {
+            do throws(SecureFileError) { return (.value(try body()), nil) } catch { return (.failure(error.errno), error) }
         }
         func plain<T: BinaryInteger>(_ r: Result<T, Errno>) -> Outcome {
             switch r {
@@ -170,7 +187,7 @@ public enum OperationSequenceFuzzer {
             count == 0 || memcmp(plainReadBuffer.baseAddress!, secureReadBuffer.baseAddress!, count) == 0
         }
         func openPair(_ flags: Int32) -> FuzzFinding? {
-            let r = secure { () throws -> Int64 in
+            let r = secure { () throws(SecureFileError) -> Int64 in
                 let f = try SecureFile.open(st.securePath, flags: flags, mode: 0o600, services: services)
                 pairs.append(Pair(plain: -1, secure: f, flags: flags))
                 return 0
@@ -180,7 +197,11 @@ public enum OperationSequenceFuzzer {
                 return r.1?.code == .noKeys ? nil : FuzzFinding("step \(step) open while locked: \(r.1.map { $0.code.name } ?? "?")")
             }
             let opened = fs.open(st.plainPath, flags | O_CLOEXEC, 0o600)
-            let p = (try? opened.get()) ?? -1
+            let p: Int32
+            switch opened {
+            case .success(let fd): p = fd
+            case .failure: p = -1
+            }
             let a: Outcome = plain(opened.map { _ in 0 })
             log.append(step, .open(flags: flags), a)
             if case .value = r.0 { pairs[pairs.count - 1].plain = p }
@@ -205,15 +226,15 @@ public enum OperationSequenceFuzzer {
             switch op % 16 {
             case 1, 2:  // write
                 let bytes = data(length())
-                let b = secure { () throws -> Int64 in Int64(try pair.secure.write(bytes)) }
+                let b = secure { () throws(SecureFileError) -> Int64 in Int64(try pair.secure.write(bytes)) }
                 if locked { finding = expectLockedFailure("write", b); break }
-                let a = plain(fs.writev(pair.plain, [bytes]))
+                let a = plain(fs.write(pair.plain, bytes))
                 log.append(step, .write(i, count: bytes.count), a)
                 if a != b.0 { finding = mismatch("write(\(bytes.count))", a, b.0) }
             case 3, 4:  // pwrite
                 let bytes = data(length())
                 let at = offset()
-                let b = secure { () throws -> Int64 in Int64(try pair.secure.pwrite(bytes, at: at)) }
+                let b = secure { () throws(SecureFileError) -> Int64 in Int64(try pair.secure.pwrite(bytes, at: at)) }
                 if locked { finding = expectLockedFailure("pwrite", b); break }
                 let a = plain(fs.pwrite(pair.plain, bytes, at))
                 log.append(step, .pwrite(i, count: bytes.count, at: at), a)
@@ -223,32 +244,40 @@ public enum OperationSequenceFuzzer {
                 let at: Int64? = op % 16 == 6 ? offset() : nil
                 let sb = UnsafeMutableRawBufferPointer(rebasing: secureReadBuffer[0..<n])
                 let pb = UnsafeMutableRawBufferPointer(rebasing: plainReadBuffer[0..<n])
-                let b = secure { () throws -> Int64 in
+                let b = secure { () throws(SecureFileError) -> Int64 in
                     if let at { return Int64(try pair.secure.pread(into: sb, at: at)) }
                     return Int64(try pair.secure.read(into: sb))
                 }
                 if locked { finding = expectLockedFailure("read", b); break }
-                let a = plain(at.map { fs.pread(pair.plain, pb, $0) } ?? fs.readv(pair.plain, [pb]))
+                let a = plain(at.map { fs.pread(pair.plain, pb, $0) } ?? fs.read(pair.plain, pb))
                 log.append(step, .read(i, count: n, at: at), a)
                 if a != b.0 { finding = mismatch("read(\(n))", a, b.0) }
                 else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) read(\(n)): bytes differ") }
             case 7, 8:  // readv / writev
-                let sizes = (0..<(1 + Int(c.u8() % 4))).map { _ in length() % 6000 }
+                var sizes = SmallIntList()
+                for _ in 0..<(1 + Int(c.u8() % 4)) { sizes.append(length() % 6000) }
                 if op % 16 == 7 {
-                    let bufs = sizes.map { data($0) }
-                    let b = secure { () throws -> Int64 in Int64(try pair.secure.writev(bufs)) }
+                    writeVectors.removeAll(keepingCapacity: true)
+                    for size in sizes { writeVectors.append(data(size)) }
+                    let bufs = writeVectors
+                    let b = secure { () throws(SecureFileError) -> Int64 in Int64(try pair.secure.writev(bufs)) }
                     if locked { finding = expectLockedFailure("writev", b); break }
                     let a = plain(fs.writev(pair.plain, bufs))
                     log.append(step, .writev(i, sizes: sizes), a)
                     if a != b.0 { finding = mismatch("writev(\(sizes))", a, b.0) }
                 } else {
-                    func vectors(_ x: UnsafeMutableRawBufferPointer) -> [UnsafeMutableRawBufferPointer] {
-                        var o = 0
-                        return sizes.map { s in defer { o += s }; return UnsafeMutableRawBufferPointer(rebasing: x[o..<o + s]) }
+                    readVectors.secure.removeAll(keepingCapacity: true)
+                    readVectors.plain.removeAll(keepingCapacity: true)
+                    var o = 0
+                    for size in sizes {
+                        readVectors.secure.append(UnsafeMutableRawBufferPointer(rebasing: secureReadBuffer[o..<o + size]))
+                        readVectors.plain.append(UnsafeMutableRawBufferPointer(rebasing: plainReadBuffer[o..<o + size]))
+                        o += size
                     }
-                    let b = secure { () throws -> Int64 in Int64(try pair.secure.readv(vectors(secureReadBuffer))) }
+                    let (secureVectors, plainVectors) = readVectors
+                    let b = secure { () throws(SecureFileError) -> Int64 in Int64(try pair.secure.readv(secureVectors)) }
                     if locked { finding = expectLockedFailure("readv", b); break }
-                    let a = plain(fs.readv(pair.plain, vectors(plainReadBuffer)))
+                    let a = plain(fs.readv(pair.plain, plainVectors))
                     log.append(step, .readv(i, sizes: sizes), a)
                     if a != b.0 { finding = mismatch("readv(\(sizes))", a, b.0) }
                     else if case .value(let k) = a, !same(Int(k)) { finding = FuzzFinding("step \(step) readv: bytes differ") }
@@ -256,21 +285,21 @@ public enum OperationSequenceFuzzer {
             case 9:  // lseek
                 let whence = whences[Int(c.u8()) % 3]
                 let off = whence == SEEK_SET ? offset() : Int64(c.u16()) - 32768
-                let b = secure { () throws -> Int64 in try pair.secure.seek(off, whence: whence) }
+                let b = secure { () throws(SecureFileError) -> Int64 in try pair.secure.seek(off, whence: whence) }
                 if locked { finding = expectLockedFailure("lseek", b); break }
                 let a = plain(fs.lseek(pair.plain, off, whence))
                 log.append(step, .lseek(i, off, whence: whence), a)
                 if a != b.0 { finding = mismatch("lseek(\(off), \(whence))", a, b.0) }
             case 10:  // ftruncate
                 let len = c.u8() == 0 ? -1 : offset()
-                let b = secure { () throws -> Int64 in try pair.secure.truncate(to: len); return 0 }
+                let b = secure { () throws(SecureFileError) -> Int64 in try pair.secure.truncate(to: len); return 0 }
                 if locked { finding = expectLockedFailure("ftruncate", b); break }
                 let a = plain(fs.ftruncate(pair.plain, len).map { 0 })
                 log.append(step, .ftruncate(i, len), a)
                 if a != b.0 { finding = mismatch("ftruncate(\(len))", a, b.0) }
             case 11:  // fsync / fstat
                 let stat = c.u8() & 1 == 0
-                let b = secure { () throws -> Int64 in
+                let b = secure { () throws(SecureFileError) -> Int64 in
                     if stat { return Int64(try pair.secure.stat().st_size) }
                     try pair.secure.sync(); return 0
                 }
@@ -279,7 +308,7 @@ public enum OperationSequenceFuzzer {
                 log.append(step, stat ? .fstat(i) : .fsync(i), a)
                 if a != b.0 { finding = mismatch(stat ? "fstat" : "fsync", a, b.0) }
             case 12, 13:  // close, or reopen with the same flags (without O_EXCL / O_TRUNC)
-                let b = secure { () throws -> Int64 in try pair.secure.close(); return 0 }
+                let b = secure { () throws(SecureFileError) -> Int64 in try pair.secure.close(); return 0 }
                 let a = plain(fs.close(pair.plain).map { 0 })
                 pairs.remove(at: i)
                 log.append(step, .close(i), a)
@@ -305,7 +334,7 @@ public enum OperationSequenceFuzzer {
             _ = fs.close(p.plain)
             do { try p.secure.close() } catch { return FuzzFinding("final close failed: \(error.code.name) \(error.message)") }
         }
-        pairs.removeAll()
+        pairs.removeAll(keepingCapacity: true)
         // What reached the disk, read back through a fresh open, equals the plain file.
         let expected = fs.contents(st.plainPath) ?? []
         if fs.contents(st.securePath) == nil {
