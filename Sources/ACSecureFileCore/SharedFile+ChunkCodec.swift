@@ -114,10 +114,43 @@ extension SharedFile {
         if let scratch, scratchCapacity >= bytes { return scratch }
         scratch?.deallocate()
         let capacity = max(bytes, 2 * layout.physicalChunkSize + layout.trailerSize)
-        let p = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
-        scratch = p
-        scratchCapacity = capacity
-        return p
+        let block = SpareScratch.take(atLeast: capacity)
+            ?? SpareScratch.Block(pointer: .allocate(byteCount: capacity, alignment: 64), capacity: capacity)
+        scratch = block.pointer
+        scratchCapacity = block.capacity
+        return block.pointer
+    }
+}
+
+/// The scratch memory of the last file state released, for the next one made: a process that opens
+/// and closes files one after another (a fuzzer's input does so several times) then allocates it
+/// once. Scratch memory only ever holds ciphertext (sealed chunks, trailers, bytes read from disk).
+enum SpareScratch {
+    /// Larger blocks (a long write's batch) are freed, not kept.
+    static let largestKept = 1 << 17
+    private static let spare = LockedValue<Block?>(nil)
+
+    struct Block: @unchecked Sendable {
+        var pointer: UnsafeMutableRawPointer
+        var capacity: Int
+    }
+
+    static func take(atLeast bytes: Int) -> Block? {
+        spare.withLock { (slot: inout Block?) -> Block? in
+            guard let block = slot, block.capacity >= bytes else { return nil }
+            slot = nil
+            return block
+        }
+    }
+
+    /// Keeps `pointer` for the next state, or frees it.
+    static func give(_ pointer: UnsafeMutableRawPointer, capacity: Int) {
+        let kept = capacity <= largestKept && spare.withLock { (slot: inout Block?) -> Bool in
+            guard slot == nil else { return false }
+            slot = Block(pointer: pointer, capacity: capacity)
+            return true
+        }
+        if !kept { pointer.deallocate() }
     }
 }
 

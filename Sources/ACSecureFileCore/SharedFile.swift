@@ -146,7 +146,7 @@ final class SharedFile: @unchecked Sendable {
     }
 
     deinit {
-        scratch?.deallocate()
+        if let scratch { SpareScratch.give(scratch, capacity: scratchCapacity) }
         fileID.deallocate()  // with aad, trailerAAD and nonces
         if ioFD >= 0 { _ = Sys.close(ioFD) }
     }
@@ -177,13 +177,13 @@ final class SharedFile: @unchecked Sendable {
     /// Fails with `ACE_NO_KEYS_ERROR` while services are unavailable; reloads the file key after an unlock.
     func ensureKeys() throws(SecureFileError) {
         let generation = services.keyGeneration
-        guard generation != 0 else { throw .servicesUnavailable(path) }
+        guard generation != 0 else { throw noKeysError }
         services.noteActivity()
         if generation == keyGeneration, cipher != nil || !hasHeader { return }
         guard let header else { keyGeneration = generation; return }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch {
-            throw error.code == .noKeys ? .servicesUnavailable(path) : .services(error, path)
+            throw error.code == .noKeys ? noKeysError : .services(error, path)
         }
         guard let dataKey = try header.unwrap(with: kek, path: path) else {
             throw .ace(.badKeyOrCorruptData, "\(path): the file key does not unwrap with the \(keySelection) key")
@@ -194,6 +194,10 @@ final class SharedFile: @unchecked Sendable {
         self.dataKey = dataKey
         keyGeneration = generation
     }
+
+    /// The error of every call while services are locked, made once per file: building it was a
+    /// heap allocation per refused call.
+    private lazy var noKeysError = SecureFileError.servicesUnavailable(path)
 
     /// Services are locking: a long operation stops at its next batch boundary.
     @inline(__always) var stopRequested: Bool { services.keyGeneration != keyGeneration }
