@@ -110,14 +110,14 @@ public func ACSecureFileWrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ nbyte: In
 
 @c @implementation
 public func ACSecureFilePread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ nbyte: Int, _ offset: off_t) -> Int {
-    CResult.onFile(fd, before: negativeOffset(offset, fd, "ACSecureFilePread")) { file throws(SecureFileError) in
+    CResult.onFile(fd, before: negativeOffset(offset, "ACSecureFilePread: negative offset")) { file throws(SecureFileError) in
         try file.pread(into: try mutableBuffer(buf, nbyte, file, "ACSecureFilePread"), at: Int64(offset))
     }
 }
 
 @c @implementation
 public func ACSecureFilePwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ nbyte: Int, _ offset: off_t) -> Int {
-    CResult.onFile(fd, before: negativeOffset(offset, fd, "ACSecureFilePwrite")) { file throws(SecureFileError) in
+    CResult.onFile(fd, before: negativeOffset(offset, "ACSecureFilePwrite: negative offset")) { file throws(SecureFileError) in
         try file.pwrite(try buffer(buf, nbyte, file, "ACSecureFilePwrite"), at: Int64(offset))
     }
 }
@@ -149,7 +149,7 @@ public func ACSecureFileLseek(_ fd: Int32, _ offset: off_t, _ whence: Int32) -> 
 
 @c @implementation
 public func ACSecureFtruncate(_ fd: Int32, _ length: off_t) -> Int32 {
-    CResult.onFile(fd, before: negativeOffset(length, fd, "ACSecureFtruncate")) { file throws(SecureFileError) -> Int32 in
+    CResult.onFile(fd, before: negativeOffset(length, "ACSecureFtruncate: negative length")) { file throws(SecureFileError) -> Int32 in
         try file.truncate(to: Int64(length))
         return 0
     }
@@ -204,10 +204,11 @@ public func ACSecureTruncate(_ path: UnsafePointer<CChar>?, _ length: off_t) -> 
 // MARK: C arguments → Swift buffers
 
 /// `pread(2)`/`pwrite(2)` reject a negative offset, and `ftruncate(2)` a negative length, before
-/// looking at the descriptor.
+/// looking at the descriptor. The message is a literal: only the errno and code reach C, and an
+/// interpolated one was a heap allocation per refused call.
 @inline(__always)
-private func negativeOffset(_ offset: off_t, _ fd: Int32, _ what: String) -> SecureFileError? {
-    offset < 0 ? SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(what)(\(fd)): negative offset \(offset)") : nil
+private func negativeOffset(_ offset: off_t, _ message: String) -> SecureFileError? {
+    offset < 0 ? SecureFileError(code: .negativeFileLength, errno: EINVAL, message: message) : nil
 }
 
 private enum Access { case read, write }
