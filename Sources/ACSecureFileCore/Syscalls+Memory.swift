@@ -48,9 +48,44 @@ import ACCrypto
         var closeOnExec: Bool
     }
 
+    /// The descriptors by number: `firstDescriptor + i` is slot `i`. Numbers are handed out lowest
+    /// first, as the kernel does, so the table is small and dense (a dictionary hashed the number
+    /// at every call).
+    struct DescriptorSlots {
+        private var slots: [Descriptor?] = []
+        /// How many slots hold a descriptor.
+        private(set) var count = 0
+
+        subscript(fd: Int32) -> Descriptor? {
+            get {
+                let i = Int(fd) - Int(MemoryFileSystem.firstDescriptor)
+                return i >= 0 && i < slots.count ? slots[i] : nil
+            }
+            set {
+                let i = Int(fd) - Int(MemoryFileSystem.firstDescriptor)
+                precondition(i >= 0, "not a memory descriptor")
+                while slots.count <= i { slots.append(nil) }
+                count += (newValue != nil ? 1 : 0) - (slots[i] != nil ? 1 : 0)
+                slots[i] = newValue
+            }
+        }
+
+        mutating func removeValue(forKey fd: Int32) -> Descriptor? {
+            let removed = self[fd]
+            if removed != nil { self[fd] = nil }
+            return removed
+        }
+
+        /// Empties the table, keeping its memory.
+        mutating func removeAll() {
+            slots.removeAll(keepingCapacity: true)
+            count = 0
+        }
+    }
+
     private let mutex = PThreadMutex()
     private var files: [String: Inode] = [:]
-    private var descriptors: [Int32: Descriptor] = [:]
+    private var descriptors = DescriptorSlots()
     private var nextInode: UInt64 = 2
     /// Inodes of removed files, emptied, and descriptions of closed descriptors, reused by new ones:
     /// a fuzzer creates, opens and removes its files at every input, and under ASan every allocation
@@ -112,7 +147,12 @@ import ACCrypto
         locked {
             // Taken out one by one (a dictionary keeps its capacity when an element is removed), so
             // what nothing else holds is known to be unique.
-            while case (_, var descriptor)? = descriptors.popFirst() { recycle(&descriptor.description) }
+            var fd = Self.firstDescriptor
+            while descriptors.count > 0 {
+                if var descriptor = descriptors.removeValue(forKey: fd) { recycle(&descriptor.description) }
+                fd += 1
+            }
+            descriptors.removeAll()
             while case (_, var inode)? = files.popFirst() {
                 guard spareInodes.count < 4, isKnownUniquelyReferenced(&inode) else { continue }
                 inode.bytes.removeAll(keepingCapacity: true)
