@@ -147,6 +147,35 @@ final class MemoryFileSystemTests: XCTestCase {
         XCTAssertEqual(fs.openDescriptorCount, 0)
     }
 
+    /// Inodes and open file descriptions are reused (after `removeAll`, after `close`): a reused one
+    /// starts as a new one would, and a description a `dup`ed descriptor still shares is not reused.
+    func testReusedFilesAndDescriptionsStartFresh() throws {
+        let fs = MemoryFileSystem()
+        let a = try fs.open("/a", O_RDWR | O_CREAT, 0o600).get()
+        XCTAssertEqual(try [UInt8](repeating: 7, count: 5).withUnsafeBytes { try fs.write(a, $0).get() }, 5)
+        let inodeA = try fs.fstat(a).get().st_ino
+        let twin = try fs.dup(a).get()
+        try fs.close(a).get()
+        let b = try fs.open("/a", O_RDONLY, 0).get()
+        XCTAssertEqual(try fs.lseek(b, 0, SEEK_CUR).get(), 0)
+        XCTAssertEqual(try fs.lseek(twin, 0, SEEK_CUR).get(), 5, "the shared description was given to another open")
+        XCTAssertEqual(try [UInt8](repeating: 8, count: 1).withUnsafeBytes { try fs.write(twin, $0).get() }, 1)
+        XCTAssertEqual(fs.write(b, UnsafeRawBufferPointer(start: nil, count: 0)), .failure(Errno(EBADF)))
+
+        fs.removeAll()
+        XCTAssertEqual(fs.openDescriptorCount, 0)
+        XCTAssertNil(fs.contents("/a"))
+        let c = try fs.open("/c", O_WRONLY | O_CREAT, 0o644).get()
+        let st = try fs.fstat(c).get()
+        XCTAssertEqual(st.st_size, 0)
+        XCTAssertEqual(st.st_mode & 0o7777, 0o644)
+        XCTAssertNotEqual(st.st_ino, inodeA)
+        XCTAssertEqual(fs.contents("/c"), [])
+        XCTAssertEqual(try fs.lseek(c, 0, SEEK_CUR).get(), 0)
+        XCTAssertEqual(fs.pread(c, UnsafeMutableRawBufferPointer(start: nil, count: 0), 0), .failure(Errno(EBADF)))
+        XCTAssertEqual(try fs.lseek(c, 0, SEEK_END).get(), 0)
+    }
+
     /// The engine on memory files: a file written and read back, nothing of it on disk, no
     /// descriptor leaked, fault injection applied before the memory call, the kernel back after.
     func testTheEngineRunsOnMemoryFiles() throws {
