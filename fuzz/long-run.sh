@@ -6,8 +6,8 @@
 #
 #   ACSECURE_FUZZ_RUNS      executions per target (default 1000000)
 #   ACSECURE_FUZZ_SECONDS   time bound per target (default 0: none). FuzzOperationSequence, the slowest
-#                           (~1,400-1,750 executions/s alone, 1,408/s in the last long run next to the
-#                           others: 12 min), runs in the background while the others (~10 min together)
+#                           (~2,800 executions/s alone, 2,320/s in the last long run next to the
+#                           others: 7 min), runs in the background while the others (~6 min together)
 #                           run one after another.
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all)
 #

@@ -11,7 +11,7 @@
 # target), so hitting it means the target became much slower, which is a regression to look at.
 # A sanitizer build failure fails the suite: it never skips silently.
 #
-# The slowest target (FuzzOperationSequence, ~1,400-1,750 executions/s) runs in the background while
+# The slowest target (FuzzOperationSequence, ~2,300-2,800 executions/s) runs in the background while
 # the others run one after another, so the suite takes about as long as that one target (~1-1.5 min warm).
 #
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all six)
