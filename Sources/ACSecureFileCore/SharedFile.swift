@@ -209,19 +209,16 @@ final class SharedFile: @unchecked Sendable {
         if runFirst >= 0 {
             do { try flushRun() } catch { deferError(error, "buffered data could not be written when secure services locked") }
         }
-        dropRun()
-        dropCache()
-        dropReadCache()
-        work.wipe()
-        cipher = nil
-        dataKey = nil
-        keyGeneration = 0
+        forgetSecrets()
     }
 
     /// The last handle was closed: no open can reach this state any more (the next one makes a new
     /// state), so its keys and plaintext go now, not when the closed handle objects are released
     /// (docs/FORMAT.md "Keys in memory"). The close has written the run, or reported why not.
-    func forgetSecretsAfterLastClose() {
+    func forgetSecretsAfterLastClose() { forgetSecrets() }
+
+    /// Wipes the write-back run, the cached chunks and the work buffer, and drops the keys.
+    private func forgetSecrets() {
         dropRun()
         dropCache()
         dropReadCache()
