@@ -181,11 +181,3 @@ extension AESGCMContext {
         try withBytes(sealed) { (s) throws(CryptoError) in try openSealed(s, aad: aad) }
     }
 }
-
-/// `Array.withUnsafeBytes` with a typed error (the standard library's only rethrows).
-private func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(CryptoError) -> R) throws(CryptoError) -> R {
-    let result: Result<R, CryptoError> = bytes.withUnsafeBytes { b in
-        do throws(CryptoError) { return .success(try body(b)) } catch { return .failure(error) }
-    }
-    return try result.get()
-}

@@ -48,3 +48,11 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         return texts.isEmpty ? "no detail" : texts.joined(separator: "; ")
     }
 }
+
+/// `Array.withUnsafeBytes` with a typed error (the standard library's only rethrows).
+func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(CryptoError) -> R) throws(CryptoError) -> R {
+    let result: Result<R, CryptoError> = bytes.withUnsafeBytes { b in
+        do throws(CryptoError) { return .success(try body(b)) } catch { return .failure(error) }
+    }
+    return try result.get()
+}

@@ -76,11 +76,4 @@ public enum HKDF {
         }
         return try result.get()
     }
-
-    private static func withBytes<R>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(CryptoError) -> R) throws(CryptoError) -> R {
-        let result: Result<R, CryptoError> = bytes.withUnsafeBytes { b in
-            do throws(CryptoError) { return .success(try body(b)) } catch { return .failure(error) }
-        }
-        return try result.get()
-    }
 }
