@@ -297,7 +297,7 @@ public final class SecureFile: @unchecked Sendable {
         shared.lock.unlock()
         if OpenFiles.release(shared) {
             // Closed handles keep the state alive, not its keys or cached plaintext.
-            shared.lock.withLock { shared.forgetSecretsAfterLastClose() }
+            shared.lock.withLock { shared.forgetSecrets() }
         }
         if case .failure(let e) = Sys.close(fileDescriptor), flushError == nil {
             throw .posix(e.rawValue, "\(path): close")

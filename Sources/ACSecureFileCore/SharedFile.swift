@@ -112,8 +112,10 @@ final class SharedFile: @unchecked Sendable {
     /// RAND_bytes call per batch, as a call costs about as much as encrypting a 4 KiB chunk.
     let nonces: UnsafeMutableRawPointer
     /// `fileID`, `aad`, `trailerAAD` and `nonces` share one allocation (a state is made at every
-    /// first open of a file), at these offsets.
-    private static let aadOffset = 16, trailerAADOffset = 48, noncesOffset = 80
+    /// first open of a file), one after the other at these offsets.
+    private static let aadOffset = 16
+    private static let trailerAADOffset = aadOffset + FileLayout.chunkAADSize
+    private static let noncesOffset = trailerAADOffset + FileLayout.trailerAADSize
     private static let noncesSize = ((batchBytes >> Int(FileLayout.chunkShiftRange.lowerBound)) + 1) * FileLayout.nonceSize
 
     /// Larger requests are split into batches of this many plaintext bytes per system call; a
@@ -129,8 +131,6 @@ final class SharedFile: @unchecked Sendable {
         self.keySelection = keySelection
         self.path = path
         self.layout = FileLayout()
-        precondition(Self.aadOffset >= 16 && Self.trailerAADOffset >= Self.aadOffset + FileLayout.chunkAADSize
-                     && Self.noncesOffset >= Self.trailerAADOffset + FileLayout.trailerAADSize)
         let block = UnsafeMutableRawPointer.allocate(byteCount: Self.noncesOffset + Self.noncesSize, alignment: 16)
         fileID = block
         aad = block + Self.aadOffset
@@ -212,13 +212,11 @@ final class SharedFile: @unchecked Sendable {
         forgetSecrets()
     }
 
-    /// The last handle was closed: no open can reach this state any more (the next one makes a new
-    /// state), so its keys and plaintext go now, not when the closed handle objects are released
-    /// (docs/FORMAT.md "Keys in memory"). The close has written the run, or reported why not.
-    func forgetSecretsAfterLastClose() { forgetSecrets() }
-
-    /// Wipes the write-back run, the cached chunks and the work buffer, and drops the keys.
-    private func forgetSecrets() {
+    /// Wipes the write-back run, the cached chunks and the work buffer, and drops the keys: when
+    /// services lock (`wipeSecrets`), and at the last close, after which no open reaches this state
+    /// (the next one makes a new state), so its keys go then, not when the closed handle objects
+    /// are released (docs/FORMAT.md "Keys in memory"). The close has written the run, or reported why not.
+    func forgetSecrets() {
         dropRun()
         dropCache()
         dropReadCache()
