@@ -65,17 +65,10 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
         self = .services(error, context, fileID: fileID, line: line)
     }
 
-    /// `ace(.noKeys, "<path>: secure services are unavailable")`, built in one allocation: every
-    /// call on a file fails this way while services are locked (nested interpolations cost three).
+    /// The error of an open or a call on a file while services are locked (a file state makes it
+    /// once: `SharedFile.noKeysError`).
     static func servicesUnavailable(_ path: String, fileID: String = #fileID, line: Int = #line) -> SecureFileError {
-        let middle = ": secure services are unavailable: "
-        let name = ACErrorCode.noKeys.name
-        var message = ""
-        message.reserveCapacity(path.utf8.count + middle.utf8.count + name.utf8.count)
-        message += path
-        message += middle
-        message += name
-        return SecureFileError(code: .noKeys, message: message, fileID: fileID, line: line)
+        .ace(.noKeys, "\(path): secure services are unavailable", fileID: fileID, line: line)
     }
 
     public static func ace(_ code: ACErrorCode, _ what: @autoclosure () -> String,
