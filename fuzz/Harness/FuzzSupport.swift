@@ -116,8 +116,9 @@ func sameBytes(_ a: [UInt8], _ b: [UInt8], count: Int) -> Bool {
 /// Up to 8 integers as a value (the buffer sizes of a readv or writev call): an array per call was a
 /// heap allocation, which ASan makes costly.
 struct SmallIntList: RandomAccessCollection, CustomStringConvertible {
-    static let capacity = 8
-    private var storage: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private typealias Storage = InlineArray<8, Int>
+    static let capacity = Storage.count
+    private var storage = Storage(repeating: 0)
     private(set) var count = 0
 
     var startIndex: Int { 0 }
@@ -125,13 +126,13 @@ struct SmallIntList: RandomAccessCollection, CustomStringConvertible {
 
     mutating func append(_ value: Int) {
         precondition(count < Self.capacity)
-        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: value, toByteOffset: count * MemoryLayout<Int>.stride, as: Int.self) }
+        storage[count] = value
         count += 1
     }
 
     subscript(i: Int) -> Int {
         precondition(i >= 0 && i < count)
-        return withUnsafeBytes(of: storage) { $0.load(fromByteOffset: i * MemoryLayout<Int>.stride, as: Int.self) }
+        return storage[i]
     }
 
     var description: String { "\(Array(self))" }
