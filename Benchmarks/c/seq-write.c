@@ -23,6 +23,22 @@ static void settle(const char *path) {
     if (fd >= 0) { fsync(fd); close(fd); }
 }
 
+/* Writes `mib` MiB to a new file at `path` in 1 MiB calls, plain or through the engine: bytes/s from
+ * the open to the close, or -1 after printing why it failed. The file is fsynced after, untimed. */
+static double writeRate(int secure, const char *path, const char *buf, int mib) {
+    unlink(path);
+    double t0 = now();
+    int fd = secure ? ACSecureFileOpen(path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) { perror(path); return -1; }
+    for (int i = 0; i < mib; i++) {
+        if ((secure ? ACSecureFileWrite(fd, buf, CALL) : write(fd, buf, CALL)) != CALL) { perror(secure ? "ACSecureFileWrite" : "write"); return -1; }
+    }
+    if ((secure ? ACSecureFileClose(fd) : close(fd)) != 0) { perror(secure ? "ACSecureFileClose" : "close"); return -1; }
+    double rate = (double)mib * CALL / (now() - t0);
+    settle(path);
+    return rate;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s DIR [MIB [ROUNDS]]\n", argv[0]); return 2; }
     int mib = argc > 2 ? atoi(argv[2]) : 256, rounds = argc > 3 ? atoi(argv[3]) : 6;
@@ -35,23 +51,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < CALL; i++) buf[i] = (char)(i * 131 ^ i >> 8);
     double ratios[100];
     for (int r = 0; r < rounds; r++) {
-        unlink(plain);
-        double t0 = now();
-        int fd = open(plain, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd < 0) { perror(plain); return 1; }
-        for (int i = 0; i < mib; i++) if (write(fd, buf, CALL) != CALL) { perror("write"); return 1; }
-        if (close(fd) != 0) { perror("close"); return 1; }
-        double plainRate = (double)mib * CALL / (now() - t0);
-        settle(plain);
-
-        unlink(sec);
-        t0 = now();
-        int sfd = ACSecureFileOpen(sec, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (sfd < 0) { perror(sec); return 1; }
-        for (int i = 0; i < mib; i++) if (ACSecureFileWrite(sfd, buf, CALL) != CALL) { perror("ACSecureFileWrite"); return 1; }
-        if (ACSecureFileClose(sfd) != 0) { perror("ACSecureFileClose"); return 1; }
-        double secureRate = (double)mib * CALL / (now() - t0);
-        settle(sec);
+        double plainRate = writeRate(0, plain, buf, mib);
+        double secureRate = plainRate < 0 ? -1 : writeRate(1, sec, buf, mib);
+        if (secureRate < 0) return 1;
         ratios[r] = secureRate / plainRate;
         printf("round %d: plain %.2f GB/s, engine %.2f GB/s: %.2fx\n", r + 1, plainRate / 1e9, secureRate / 1e9, ratios[r]);
     }
