@@ -138,7 +138,7 @@ extension AESGCMContext {
         var failure: CryptoError?
         let sealed = [UInt8](unsafeUninitializedCapacity: total) { o, initialized in
             let base = UnsafeMutableRawPointer(o.baseAddress!)
-            SecureRandom.fill(UnsafeMutableRawBufferPointer(start: base, count: Self.nonceSize))
+            NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: base, count: Self.nonceSize))
             do throws(CryptoError) {
                 try seal(nonce: base, aad: aad, plaintext: s, ciphertext: base + Self.nonceSize, tag: base + Self.nonceSize + n)
             } catch {

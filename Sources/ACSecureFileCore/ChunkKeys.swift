@@ -121,7 +121,7 @@ final class ChunkKeys {
 
     private func drawSelector() throws(CryptoError) {
         var s: UInt32 = 0
-        withUnsafeMutableBytes(of: &s) { SecureRandom.fill($0) }
+        withUnsafeMutableBytes(of: &s) { NonceGenerator.fill($0) }  // public (stored beside each chunk)
         guard let prf else { return }
         defer { keyScratch.wipe() }
         try Self.derive(prf, selector: s, into: keyScratch)

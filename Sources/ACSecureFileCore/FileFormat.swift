@@ -153,10 +153,13 @@ public struct FileHeader: Sendable, Equatable {
         fields.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<16])) }
     }
 
-    /// A new header for a new file: fresh file ID, data key wrapped under `kek`.
+    /// A new header for a new file: fresh file ID, data key wrapped under `kek`. The file ID is public
+    /// (it is in the header), so it comes from the nonce pool like nonces, not from a system call.
     static func create(layout: FileLayout, kek: KeyEncryptionKey, dataKey: SecureBytes) throws(SecureFileError) -> FileHeader {
+        var fileID = [UInt8](repeating: 0, count: 16)
+        fileID.withUnsafeMutableBytes { NonceGenerator.fill($0) }
         var h = FileHeader(layout: layout, keyClass: kek.keyClass.rawValue, flags: 0,
-                           fileID: SecureRandom.bytes(16), fingerprint: kek.fingerprint, wrappedKey: [])
+                           fileID: fileID, fingerprint: kek.fingerprint, wrappedKey: [])
         try h.wrap(dataKey: dataKey, under: kek)
         return h
     }
