@@ -99,10 +99,8 @@ public enum CAPIArgumentsFuzzer {
                 swap(&closed, &spareClosed)
                 swap(&log, &spareLog)
             }
-            defer {
-                for p in pairs { _ = ACSecureFileClose(p.secure); close(p.plain) }
-                unlink(plainPath)
-            }
+            // The plain file stays until the next input's unlink (or the exit's): one unlink per input.
+            defer { for p in pairs { _ = ACSecureFileClose(p.secure); close(p.plain) } }
             var c = ByteCursor(input)
 
             func fds() -> (Int32, Int32) {
