@@ -80,12 +80,14 @@ extension SecureFile {
         let st: stat
         do throws(SecureFileError) {
             st = try SecureFileSystem.regularFileStat(fd, path, note: " (secure files are regular files only)")
+            // O_NONBLOCK kept a FIFO from blocking the open; the descriptor the caller gets has only
+            // the flags it asked for (O_APPEND is the engine's, never the kernel's).
+            if case .failure(let e) = Sys.clearNonblocking(fd) { throw .posix(e.rawValue, path) }
+            if flags & O_CLOEXEC == 0, case .failure(let e) = Sys.clearCloseOnExec(fd) { throw .posix(e.rawValue, path) }
         } catch {
             _ = Sys.close(fd)
             throw error
         }
-        _ = Sys.clearNonblocking(fd)
-        if flags & O_CLOEXEC == 0 { _ = Sys.clearCloseOnExec(fd) }
 
         let identity = SharedFile.Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
         let shared: SharedFile

@@ -159,10 +159,11 @@ package enum Sys {
         retried(.chmod, backend: unsupported, kernel: { valueOrErrno(Glibc.fchmod(fd, mode)).map { _ in () } })
     }
 
+    /// Clears `O_NONBLOCK` on a descriptor opened with it as its only file status flag (no
+    /// `O_APPEND`, `O_DIRECT`, `O_NOATIME`, `O_ASYNC`), as every open of this package that uses it
+    /// is: one `F_SETFL` of 0, without reading the flags first (a system call less per open).
     package static func clearNonblocking(_ fd: Int32) -> Result<Void, Errno> {
-        retried(.fcntl, backend: { $0.clearNonblocking(fd) }, kernel: {
-            valueOrErrno(fcntl(fd, F_GETFL)).flatMap { valueOrErrno(fcntl(fd, F_SETFL, $0 & ~O_NONBLOCK)) }.map { _ in () }
-        })
+        retried(.fcntl, backend: { $0.clearNonblocking(fd) }, kernel: { valueOrErrno(fcntl(fd, F_SETFL, 0)).map { _ in () } })
     }
 
     package static func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno> {

@@ -72,6 +72,36 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
 
+    /// The descriptor has the flags the caller asked for: not the O_NONBLOCK the engine opens with
+    /// (so a FIFO cannot block the open), close-on-exec only with O_CLOEXEC. When setting them
+    /// fails, the open fails with that errno and keeps no descriptor (it ignored the failure).
+    func testDescriptorFlagsAreTheCallersAndAFailureToSetThemFailsTheOpen() {
+        for (flags, cloexec) in [(O_RDWR | O_CREAT, false), (O_RDONLY, false), (O_RDWR | O_CLOEXEC, true)] {
+            let fd = open("flags", flags)
+            XCTAssertGreaterThanOrEqual(fd, 0, String(cString: strerror(errno)))
+            XCTAssertEqual(fcntl(fd, F_GETFL) & O_NONBLOCK, 0, "O_NONBLOCK cleared (flags 0o\(String(flags, radix: 8)))")
+            XCTAssertEqual(fcntl(fd, F_GETFD) & FD_CLOEXEC != 0, cloexec, "FD_CLOEXEC (flags 0o\(String(flags, radix: 8)))")
+            XCTAssertEqual(ACSecureFileClose(fd), 0)
+        }
+        let entries = DescriptorTable.shared.count
+        for failing in 0..<2 {  // the F_SETFL that clears O_NONBLOCK, then the F_SETFD that clears FD_CLOEXEC
+            let probe = Glibc.open("/dev/null", O_RDONLY)  // the lowest free number: the one a leak would take
+            XCTAssertEqual(Glibc.close(probe), 0)
+            let calls = LockedValue(0)
+            SecureFileTesting.faultInjector = { call in
+                guard call == .fcntl else { return nil }
+                return calls.withLock { n in defer { n += 1 }; return n == failing ? .fail(EINVAL) : nil }
+            }
+            assertFails(open("flags", O_RDWR), errno: EINVAL)
+            SecureFileTesting.faultInjector = nil
+            XCTAssertEqual(DescriptorTable.shared.count, entries, "no table entry for the failed open (fcntl #\(failing))")
+            XCTAssertEqual(fcntl(probe, F_GETFD), -1, "the failed open released its kernel descriptor (fcntl #\(failing))")
+        }
+        let fd = open("flags", O_RDWR)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+    }
+
     /// Issue 15, finding 9: no guarded memory left fails the open with ENOMEM (it trapped), adds no
     /// descriptor to the table, keeps no kernel descriptor, and the same open works afterwards.
     /// (Real exhaustion under RLIMIT_AS/RLIMIT_NOFILE: ResourceExhaustionTests.)
