@@ -14,7 +14,8 @@
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
-#       (200 opens, no timing assertion: it must build and run).
+#       (200 opens, no timing assertion: it must build and run), seq-write.c and fsync-timing.c (one
+#       short round each, likewise).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
@@ -46,6 +47,7 @@ build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
 build open-cost "$root/Benchmarks/c/open-cost.c"
 build seq-write "$root/Benchmarks/c/seq-write.c"
+build fsync-timing "$root/Benchmarks/c/fsync-timing.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -92,6 +94,7 @@ else
 fi
 mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 || status=1
 "$work/seq-write" "$work/open-cost-files" 4 1 >/dev/null || status=1
+"$work/fsync-timing" "$work/open-cost-files" 1 >/dev/null || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).
