@@ -10,6 +10,7 @@
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
 #       2000 sequences of 60 operations, then a quarter as many with ACSECURE_BUFFERING=write-back),
 #       Tests/CDifferential/writeback_exit.c (write-back data written by exit() without close),
+#       Tests/CDifferential/fork.c (descriptors inherited across fork: coordinated, handoff, write-back),
 #       Tests/CDifferential/harden.c (ACSecureHardenProcess),
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
@@ -43,6 +44,7 @@ build ace_codes "$root/Tests/CDifferential/ace_codes.c"
 build wrapped "$root/Tests/CDifferential/wrapped.c"
 build harden "$root/Tests/CDifferential/harden.c"
 build writeback_exit "$root/Tests/CDifferential/writeback_exit.c"
+build fork "$root/Tests/CDifferential/fork.c"
 build securecat "$root/Examples/c/securecat.c"
 build secure-copy "$root/Examples/c/secure-copy.c"
 build open-cost "$root/Benchmarks/c/open-cost.c"
@@ -60,6 +62,7 @@ mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1
 # Every secure open write-back (the environment switch of unmodified programs): the same results.
 ACSECURE_BUFFERING=write-back "$work/differential" "$((seed + 1000000))" "$(( (sequences + 3) / 4 ))" "$operations" \
     "$work/differential-wb-files" || status=1
+mkdir "$work/fork-files" && "$work/fork" "$work/fork-store" "$work/fork-files" || status=1
 for n in 10000 150000; do
     "$work/writeback_exit" "$work/writeback-store" "$work/writeback-$n" write "$n" \
         && "$work/writeback_exit" "$work/writeback-store" "$work/writeback-$n" check "$n" || status=1

@@ -111,6 +111,10 @@ final class ChunkKeys {
         return (writeSelector, writeContext!)
     }
 
+    /// Makes the next seal draw a fresh selector: a forked child must not go on sealing under the
+    /// selector its parent also goes on using (each draw stays within `writesPerSelector` seals).
+    func retireWriteSelector() { writesLeft = 0 }
+
     /// Makes the next `count` seals share one selector, drawing a fresh one now if fewer seals are
     /// left under the current one. A last chunk that is not full and its trailer are sealed as such
     /// a pair: the end-of-file recovery scan skips, without any GCM, the positions where they differ.

@@ -90,7 +90,10 @@ enum OpenFiles {
     static func openSize(device: UInt64, inode: UInt64) -> Int64? {
         let identity = SharedFile.Identity(device: device, inode: inode)
         let files = table.withLock { $0.filter { $0.key.identity == identity }.map(\.value) }
-        return files.compactMap { f in f.lock.withLock { f.loadFailed || f.header == nil && f.size == 0 ? nil : f.size } }.max()
+        // A state a forked child inherited and has not used holds none of this process's writes: the disk's length is the truth.
+        return files.compactMap { f in
+            f.lock.withLock { f.loadFailed || f.header == nil && f.size == 0 || f.forkGeneration != ForkGeneration.current ? nil : f.size }
+        }.max()
     }
 
     /// Returns whether that was the file's last handle (then no new handle can reach `shared`).
@@ -106,6 +109,7 @@ enum OpenFiles {
 
     /// Another handle on a file already open: the same key, a writable descriptor if needed, O_TRUNC.
     private static func attach(_ existing: SharedFile, _ r: Request) throws(SecureFileError) {
+        try existing.adoptAfterForkIfNeeded()  // a forked child's first use of a state it inherited
         try verifyKey(of: existing, key: r.key)
         if r.writable && !existing.ioFDWritable {
             // Out of descriptors: fail this open rather than hand out a writer that cannot write.
@@ -239,10 +243,26 @@ enum OpenFiles {
         atexit { OpenFiles.flushAllAtExit() }
     }()
 
+    /// Before fork(2) (the parent's `pthread_atfork` prepare handler): every write-back buffer is
+    /// written, as `flush()` would. A failure cannot be returned from fork: like a failed flush when
+    /// services lock, it is reported by each handle's next call and its close.
+    static func flushAllBeforeFork() {
+        let files = table.withLock { Array($0.values) }
+        for f in files {
+            f.lock.withLock {
+                guard f.runFirst >= 0, f.forkGeneration == ForkGeneration.current else { return }
+                do throws(SecureFileError) { try f.flushRun() } catch {
+                    f.deferError(error, "buffered data could not be written before fork()")
+                }
+            }
+        }
+    }
+
     static func flushAllAtExit() {
         let files = table.withLock { Array($0.values) }
         for f in files {
             f.lock.withLock {
+                f.dropInheritedRun()
                 guard f.runFirst >= 0 else { return }
                 do throws(SecureFileError) { try f.flushRun() } catch {
                     let message = "ACSecureFile: \(f.path): buffered writes lost at exit: \(error.message)\n"

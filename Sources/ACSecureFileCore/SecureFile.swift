@@ -50,6 +50,7 @@ public final class SecureFile: @unchecked Sendable {
         shared.lock.lock()
         defer { shared.lock.unlock() }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
+        try shared.adoptAfterForkIfNeeded()
         if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
             seenErrorGeneration = shared.deferredErrorGeneration
             throw deferred
@@ -286,6 +287,7 @@ public final class SecureFile: @unchecked Sendable {
         }
         isClosed = true
         var flushError: SecureFileError?
+        shared.dropInheritedRun()
         if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
             seenErrorGeneration = shared.deferredErrorGeneration
             flushError = deferred

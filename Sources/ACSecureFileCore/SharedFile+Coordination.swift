@@ -26,6 +26,19 @@ extension SharedFile {
     /// authentication or come up short, and the retry with `recheckFileID` rereads everything.
     func beginCoordinated(exclusive: Bool, readEnd: Int64? = nil, recheckFileID: Bool = false) throws(SecureFileError) {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
+        do { try refreshFromDisk(exclusive: exclusive, readEnd: readEnd, recheckFileID: recheckFileID) } catch {
+            endCoordinated()
+            throw error
+        }
+    }
+
+    /// What another process may have changed since this one last looked (the part of
+    /// `beginCoordinated` after the lock; also a forked child's first call, `adoptAfterFork`):
+    /// drops the cached chunks, and rereads the length, the file ID when `exclusive`,
+    /// `recheckFileID` or the length changed, the header of a file emptied or created meanwhile,
+    /// and the end. A read ending inside the length known from the last operation (`readEnd`)
+    /// rereads nothing.
+    func refreshFromDisk(exclusive: Bool, readEnd: Int64? = nil, recheckFileID: Bool = false) throws(SecureFileError) {
         // Nothing cached (the usual case: every operation ends by dropping a dirty chunk, and reads of
         // whole chunks bypass the cache) means nothing stale to drop.
         if cacheIndex >= 0 { dropCache() }
@@ -38,7 +51,7 @@ extension SharedFile {
         let physical: Int64
         switch Sys.fileSize(ioFD) {
         case .success(let size): physical = size
-        case .failure(let e): endCoordinated(); throw .posix(e.rawValue, "\(path): statx")
+        case .failure(let e): throw .posix(e.rawValue, "\(path): statx")
         }
         // The length this process last left the file at. Only a header read below changes layout and
         // length, and then the file is refreshed anyway.
@@ -54,15 +67,14 @@ extension SharedFile {
         if !hasHeader, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
             guard case .success(let h) = FileHeader.read(from: ioFD) else {
-                endCoordinated()
                 throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
             }
-            do { try setLayout(h.layout) } catch { endCoordinated(); throw error }
+            try setLayout(h.layout)
             header = h
             keyGeneration = 0
             cipher = nil
             dataKey = nil
-            do { try ensureKeys() } catch { endCoordinated(); throw error }
+            try ensureKeys()
             needsRefresh = true
         }
         if hasHeader, needsRefresh || !unchanged {
@@ -72,7 +84,7 @@ extension SharedFile {
             tailFailure = nil
             pendingTailRepair = nil
             bytesAfterAuthenticatedEnd = 0
-            do { try verifyTrailerIfNeeded() } catch { if error.code != .badKeyOrCorruptData { endCoordinated(); throw error } }
+            do { try verifyTrailerIfNeeded() } catch { if error.code != .badKeyOrCorruptData { throw error } }
         }
     }
 

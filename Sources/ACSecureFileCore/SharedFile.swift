@@ -73,6 +73,8 @@ final class SharedFile: @unchecked Sendable {
     var bytesAfterAuthenticatedEnd: Int64 = 0
     /// Other processes may write this file: every operation takes a record lock and rereads.
     var coordinated = false
+    /// The fork count this state was last used at: a forked child adopts it first (`adoptAfterForkIfNeeded`).
+    var forkGeneration: Int
 
     /// A write that had returned success could not reach the disk later (a write-back flush when
     /// services locked, or at exit): every handle reports it once, at its next call or close.
@@ -131,6 +133,8 @@ final class SharedFile: @unchecked Sendable {
         self.keySelection = keySelection
         self.path = path
         self.layout = FileLayout()
+        ForkGeneration.installed
+        self.forkGeneration = ForkGeneration.current
         let block = UnsafeMutableRawPointer.allocate(byteCount: Self.noncesOffset + Self.noncesSize, alignment: 16)
         fileID = block
         aad = block + Self.aadOffset
@@ -206,6 +210,7 @@ final class SharedFile: @unchecked Sendable {
     /// with the key still held; if that fails, the error is kept for every handle's next call and
     /// close (the plaintext is wiped all the same: nothing secret outlives the lock).
     func wipeSecrets() {
+        dropInheritedRun()
         if runFirst >= 0 {
             do { try flushRun() } catch { deferError(error, "buffered data could not be written when secure services locked") }
         }

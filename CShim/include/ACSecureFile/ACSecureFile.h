@@ -40,6 +40,18 @@
  *   sees this process's writes after it reopens, or at every call when both use the coordinated
  *   mode (ACSECURE_OPEN_SHARED, or ACSECURE_MULTIPROCESS=1).
  *
+ * Processes and fork()
+ *   A child inherits the secure descriptors; parent and child are then two processes as above.
+ *   In coordinated mode both may read and write (the child takes its own record lock). In the
+ *   default mode the child's first call sees what the parent wrote until then (open, fork, the
+ *   parent writes and stops, the child goes on); two writers at once lose data. fork() first
+ *   writes every write-back buffer, as ACSecureFileFlush would (a failure is reported by the
+ *   descriptor's next call and its close), so a parent that leaves with _exit, as daemon(3)'s
+ *   does, loses nothing, and the child never writes a copy of the parent's buffer over newer data.
+ *   Unlike POSIX, parent and child do not share the file offset.
+ *   As with any library, a child of a multithreaded parent should only use inherited descriptors
+ *   if no other thread was inside a secure call at the fork.
+ *
  * Secure services
  *   Keys come from secure services (ACSecureServices.h). Start them with ACSecureServicesStart (or
  *   ACSecureServicesStartWithOptions). A program that never calls an ACSecureServices* function

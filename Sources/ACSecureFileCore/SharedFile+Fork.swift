@@ -1,0 +1,67 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSystemCalls
+import Synchronization
+
+/// fork(2) copies every open file's state into the child: from then on parent and child are two
+/// processes with the same descriptors, and each must see the file as the other leaves it.
+///
+/// `pthread_atfork` handlers: before the fork, the parent writes every write-back buffer
+/// (`OpenFiles.flushAllBeforeFork`), so neither process holds buffered data the other also holds
+/// (a parent that leaves with `_exit`, as `daemon(3)` does, loses nothing); in the child, a count
+/// of forks goes up (an atomic add: async-signal-safe, no lock). Each state remembers the count it
+/// was last used at; the first call in a child after a fork sees it changed and
+/// `adoptAfterForkIfNeeded` runs before anything else touches the state.
+enum ForkGeneration {
+    private static let count = Atomic<Int>(0)
+
+    /// Installs the handlers (once per process, before the first state is made).
+    static let installed: Void = {
+        _ = count.load(ordering: .relaxed)  // initialised here, never in the handler
+        pthread_atfork({ OpenFiles.flushAllBeforeFork() }, nil, { _ = ForkGeneration.count.wrappingAdd(1, ordering: .relaxed) })
+    }()
+
+    @inline(__always) static var current: Int { count.load(ordering: .relaxed) }
+}
+
+extension SharedFile {
+    /// Makes an inherited state the child's own (called with the state's lock held):
+    /// - buffered writes (the parent wrote them before the fork; any a thread added during the fork
+    ///   are the parent's to write) and cached plaintext are dropped: written by the child, the
+    ///   parent's buffer could land over newer data;
+    /// - the next seal draws a new key selector (parent and child would otherwise both go on
+    ///   sealing under one);
+    /// - in coordinated mode, the child opens the file again (`/proc/self/fd`): the record lock
+    ///   belongs to the open file description, which the child shares with the parent, so without
+    ///   a description of its own the two would not exclude each other;
+    /// - in default mode, the length, file ID and end are read again, as an open would (coordinated
+    ///   mode does that at every call anyway).
+    /// Where the state is only closed or flushed (a close, the exit's flush, a services lock): a
+    /// forked child's copy of the parent's buffered writes is dropped, not written a second time.
+    func dropInheritedRun() {
+        if runFirst >= 0, forkGeneration != ForkGeneration.current { dropRun(); size = diskSize }
+    }
+
+    func adoptAfterForkIfNeeded() throws(SecureFileError) {
+        let generation = ForkGeneration.current
+        guard forkGeneration != generation else { return }
+        if runFirst >= 0 { dropRun(); size = diskSize }
+        if cacheIndex >= 0 { dropCache() }
+        if readCache != nil { dropReadCache() }
+        cipher?.retireWriteSelector()
+        if ioFD >= 0, coordinated {
+            let flags = (ioFDWritable ? O_RDWR : O_RDONLY) | O_CLOEXEC
+            switch Sys.open("/proc/self/fd/\(ioFD)", flags, 0) {
+            case .success(let own):
+                _ = Sys.close(ioFD)
+                ioFD = own
+            case .failure(let e):
+                // Retried at the next call: without its own description this process must not write.
+                throw .posix(e.rawValue, "\(path): a forked process could not open the file again for its own record lock (/proc/self/fd)")
+            }
+        }
+        forkGeneration = generation
+        if !coordinated, hasHeader, ioFD >= 0 { try refreshFromDisk(exclusive: true) }
+    }
+}

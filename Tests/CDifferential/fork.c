@@ -1,0 +1,231 @@
+/*
+ * fork — secure descriptors across fork(2) (ACSecureFile.h "Processes and fork()"). Each case fails
+ * with the engine as it was before fork was handled:
+ *
+ *   coordinated  parent and child append 100-byte records through the inherited ACSECURE_OPEN_SHARED
+ *                descriptor at the same time. Every record of both must be in the file. (The record
+ *                lock belongs to the open file description, which parent and child shared: the two
+ *                did not exclude each other and the file ended up unreadable.)
+ *   handoff      default mode: the parent writes after the fork, then the child appends through its
+ *                inherited descriptor. The child's append must land after the parent's bytes, and
+ *                the child must read them. (It appended at the length cached before the fork, over
+ *                the parent's bytes.)
+ *   writeback    write-back mode: the parent flushes its buffered bytes and writes more; then the
+ *                child exits with exit(). The file must keep everything. (The child's exit flushed
+ *                its copy of the parent's old buffer, cutting the file back to it.)
+ *   daemon       write-back mode, as daemon(3) does it: a process writes (buffered), forks and
+ *                leaves with _exit; its child closes the descriptor. The bytes must be in the file
+ *                (fork() writes the buffer first; a child that merely dropped its copy lost them).
+ *
+ *   fork STORE DIR     runs all three; prints one line per case, exits 0 only if all pass
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ACSecureFile/ACSecureFile.h>
+#include <ACSecureFile/ACSecureServices.h>
+
+enum { RECORD = 100, RECORDS = 2000, PART = 5000 };
+
+static int fail(const char *test, const char *what) {
+    fprintf(stderr, "fork: %s: FAIL: %s (%s)\n", test, what, strerror(errno));
+    return 1;
+}
+
+/* Reads the whole file through a fresh descriptor; returns its length or -1. */
+static long readAll(const char *path, unsigned char *out, size_t capacity) {
+    int fd = ACSecureFileOpen(path, O_RDONLY);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    ssize_t n;
+    while ((n = ACSecureFileRead(fd, out + got, capacity - got)) > 0) got += (size_t)n;
+    int closed = ACSecureFileClose(fd);
+    return n < 0 || closed != 0 ? -1 : (long)got;
+}
+
+/* Waits for the child; true when it exited with 0. */
+static int childSucceeded(pid_t pid) {
+    int status;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static int coordinated(const char *dir) {
+    const char *test = "coordinated";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/coordinated", dir);
+    int fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0600, ACSECURE_OPEN_SHARED);
+    if (fd < 0) return fail(test, "open");
+    pid_t pid = fork();
+    if (pid < 0) return fail(test, "fork");
+    unsigned char record[RECORD];
+    memset(record, pid == 0 ? 'c' : 'p', sizeof record);
+    for (int i = 0; i < RECORDS; i++) {
+        if (ACSecureFileWrite(fd, record, sizeof record) != (ssize_t)sizeof record) {
+            if (pid == 0) _exit(1);
+            return fail(test, "parent's append");
+        }
+    }
+    if (pid == 0) _exit(ACSecureFileClose(fd) == 0 ? 0 : 1);
+    if (!childSucceeded(pid)) return fail(test, "the child's appends or close failed");
+    if (ACSecureFileClose(fd) != 0) return fail(test, "close");
+    static unsigned char all[2 * RECORDS * RECORD + 1];
+    long n = readAll(path, all, sizeof all);
+    if (n != 2 * RECORDS * RECORD) {
+        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected %d\n", test, n, 2 * RECORDS * RECORD);
+        return 1;
+    }
+    long parent = 0, child = 0;
+    for (long i = 0; i < n; i += RECORD) {  /* whole records, each all one process's */
+        if (memcmp(all + i, all + i + 1, RECORD - 1) != 0) return fail(test, "a record mixes bytes");
+        if (all[i] == 'p') parent++; else if (all[i] == 'c') child++;
+    }
+    if (parent != RECORDS || child != RECORDS) {
+        fprintf(stderr, "fork: %s: FAIL: %ld parent and %ld child records, expected %d each\n", test, parent, child, RECORDS);
+        return 1;
+    }
+    printf("fork: coordinated: %d + %d concurrent appends through an inherited descriptor, all in the file\n", RECORDS, RECORDS);
+    return 0;
+}
+
+static int handoff(const char *dir) {
+    const char *test = "handoff";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/handoff", dir);
+    unsigned char a[PART], b[PART], c[PART];
+    memset(a, 'a', PART);
+    memset(b, 'b', PART);
+    memset(c, 'c', PART);
+    int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0600);
+    if (fd < 0) return fail(test, "open");
+    if (ACSecureFileWrite(fd, a, PART) != PART) return fail(test, "write a");
+    int go[2];
+    if (pipe(go) != 0) return fail(test, "pipe");
+    pid_t pid = fork();
+    if (pid < 0) return fail(test, "fork");
+    if (pid == 0) {
+        char token;
+        close(go[1]);
+        if (read(go[0], &token, 1) != 1) _exit(2);
+        /* The parent has written b: the inherited descriptor appends after it and reads it. */
+        if (ACSecureFileWrite(fd, c, PART) != PART) _exit(3);
+        static unsigned char seen[3 * PART + 1];
+        if (ACSecureFilePread(fd, seen, sizeof seen, 0) != 3 * PART) _exit(4);
+        if (memcmp(seen, a, PART) || memcmp(seen + PART, b, PART) || memcmp(seen + 2 * PART, c, PART)) _exit(5);
+        _exit(ACSecureFileClose(fd) == 0 ? 0 : 6);
+    }
+    close(go[0]);
+    if (ACSecureFileWrite(fd, b, PART) != PART) return fail(test, "write b");
+    if (write(go[1], "g", 1) != 1) return fail(test, "pipe write");
+    close(go[1]);
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "fork: %s: FAIL: the child's append or read-back failed (exit %d)\n", test,
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return 1;
+    }
+    if (ACSecureFileClose(fd) != 0) return fail(test, "close");
+    static unsigned char all[3 * PART + 1];
+    if (readAll(path, all, sizeof all) != 3 * PART || memcmp(all, a, PART) || memcmp(all + PART, b, PART)
+        || memcmp(all + 2 * PART, c, PART)) {
+        fprintf(stderr, "fork: %s: FAIL: the file is not a, b, c\n", test);
+        return 1;
+    }
+    printf("fork: handoff: the child's append through its inherited descriptor lands after the parent's later write\n");
+    return 0;
+}
+
+static int writeBack(const char *dir) {
+    const char *test = "writeback";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/writeback", dir);
+    unsigned char x[PART], y[PART];
+    memset(x, 'x', PART);
+    memset(y, 'y', PART);
+    int fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT | O_TRUNC, 0600, ACSECURE_OPEN_WRITE_BACK);
+    if (fd < 0) return fail(test, "open");
+    if (ACSecureFileWrite(fd, x, PART) != PART) return fail(test, "write x");  /* buffered */
+    int go[2];
+    if (pipe(go) != 0) return fail(test, "pipe");
+    pid_t pid = fork();
+    if (pid < 0) return fail(test, "fork");
+    if (pid == 0) {
+        char token;
+        close(go[1]);
+        if (read(go[0], &token, 1) != 1) _exit(2);
+        exit(0);  /* the exit flush: must not write the parent's buffer again */
+    }
+    close(go[0]);
+    if (ACSecureFileFlush(fd) != 0) return fail(test, "flush x");
+    if (ACSecureFileWrite(fd, y, PART) != PART || ACSecureFileFlush(fd) != 0) return fail(test, "write y");
+    if (write(go[1], "g", 1) != 1) return fail(test, "pipe write");
+    close(go[1]);
+    if (!childSucceeded(pid)) return fail(test, "child");
+    if (ACSecureFileClose(fd) != 0) return fail(test, "close");
+    static unsigned char all[2 * PART + 1];
+    long n = readAll(path, all, sizeof all);
+    if (n != 2 * PART || memcmp(all, x, PART) || memcmp(all + PART, y, PART)) {
+        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected x then y (%d)\n", test, n, 2 * PART);
+        return 1;
+    }
+    printf("fork: writeback: a child's exit does not write its copy of the parent's buffer\n");
+    return 0;
+}
+
+static int daemonLike(const char *dir) {
+    const char *test = "daemon";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/daemon", dir);
+    unsigned char w[PART];
+    memset(w, 'w', PART);
+    pid_t pid = fork();
+    if (pid < 0) return fail(test, "fork");
+    if (pid == 0) {
+        int fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT | O_TRUNC, 0600, ACSECURE_OPEN_WRITE_BACK);
+        if (fd < 0 || ACSecureFileWrite(fd, w, PART) != PART) _exit(2);  /* buffered */
+        pid_t daemonized = fork();
+        if (daemonized < 0) _exit(3);
+        if (daemonized == 0) _exit(ACSecureFileClose(fd) == 0 ? 0 : 4);
+        int status;
+        if (waitpid(daemonized, &status, 0) != daemonized || !WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(5);
+        _exit(0);  /* as daemon(3)'s parent leaves: no flush, no close */
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "fork: %s: FAIL: the writer or its child failed (exit %d)\n", test, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return 1;
+    }
+    static unsigned char all[PART + 1];
+    long n = readAll(path, all, sizeof all);
+    if (n != PART || memcmp(all, w, PART)) {
+        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected the %d buffered before the fork\n", test, n, PART);
+        return 1;
+    }
+    printf("fork: daemon: bytes buffered before fork() are in the file after the forking process _exits\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: fork STORE DIR\n");
+        return 2;
+    }
+    if (ACSecureServicesStart("acsecure-fork", argv[1]) != 0) {
+        fprintf(stderr, "fork: ACSecureServicesStart: %s\n", strerror(errno));
+        return 1;
+    }
+    fflush(stdout);  /* a child's exit() must not print the parent's buffered lines again */
+    int failures = coordinated(argv[2]);
+    fflush(stdout);
+    failures += handoff(argv[2]);
+    fflush(stdout);
+    failures += writeBack(argv[2]);
+    fflush(stdout);
+    failures += daemonLike(argv[2]);
+    return failures == 0 ? 0 : 1;
+}
