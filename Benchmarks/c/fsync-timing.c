@@ -33,35 +33,34 @@ static void busy(double seconds) {
     while (now() - t0 < seconds) {}
 }
 
-static double plain(const char *path, int spaced, int pause) {
+/* The calls of one contender: plain POSIX or the engine's C API. */
+struct api {
+    const char *name;
+    int (*open)(const char *, int, mode_t);
+    ssize_t (*write)(int, const void *, size_t);
+    int (*fsync)(int);
+    int (*close)(int);
+};
+
+static int plainOpen(const char *path, int flags, mode_t mode) { return open(path, flags, mode); }
+static int engineOpen(const char *path, int flags, mode_t mode) { return ACSecureFileOpen(path, flags, mode); }
+static const struct api plainAPI = { "plain", plainOpen, write, fsync, close };
+static const struct api engineAPI = { "engine", engineOpen, ACSecureFileWrite, ACSecureFileFsync, ACSecureFileClose };
+
+/* Writes 8 MiB to a new file (spaced by busy work if asked), optionally pauses, and times the fsync. */
+static double timeFsync(const struct api *api, const char *path, int spaced, int pause) {
     unlink(path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) { perror("open"); exit(1); }
+    int fd = api->open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) { perror(api->name); exit(1); }
     for (int i = 0; i < 8; i++) {
-        if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) { perror("write"); exit(1); }
+        if (api->write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) { perror(api->name); exit(1); }
         if (spaced) busy(0.0003);
     }
     if (pause) usleep(20000);
     double t = now();
-    if (fsync(fd) != 0) { perror("fsync"); exit(1); }
+    if (api->fsync(fd) != 0) { perror(api->name); exit(1); }
     t = now() - t;
-    close(fd);
-    unlink(path);
-    return t;
-}
-
-static double engine(const char *path, int pause) {
-    unlink(path);
-    int fd = ACSecureFileOpen(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) { perror("ACSecureFileOpen"); exit(1); }
-    for (int i = 0; i < 8; i++) {
-        if (ACSecureFileWrite(fd, buf, sizeof buf) != (ssize_t)sizeof buf) { perror("ACSecureFileWrite"); exit(1); }
-    }
-    if (pause) usleep(20000);
-    double t = now();
-    if (ACSecureFileFsync(fd) != 0) { perror("ACSecureFileFsync"); exit(1); }
-    t = now() - t;
-    ACSecureFileClose(fd);
+    api->close(fd);
     unlink(path);
     return t;
 }
@@ -78,11 +77,11 @@ int main(int argc, char **argv) {
     for (int round = 0; round < rounds; round++) {
         double t[5] = {0};
         for (int k = 0; k < 3; k++) {
-            t[0] += plain(path, 0, 0);
-            t[1] += plain(path, 1, 0);
-            t[2] += engine(path, 0);
-            t[3] += plain(path, 0, 1);
-            t[4] += engine(path, 1);
+            t[0] += timeFsync(&plainAPI, path, 0, 0);
+            t[1] += timeFsync(&plainAPI, path, 1, 0);
+            t[2] += timeFsync(&engineAPI, path, 0, 0);
+            t[3] += timeFsync(&plainAPI, path, 0, 1);
+            t[4] += timeFsync(&engineAPI, path, 0, 1);
         }
         printf("%.3f %.3f %.3f %.3f %.3f\n", t[0] / 3e-3, t[1] / 3e-3, t[2] / 3e-3, t[3] / 3e-3, t[4] / 3e-3);
         fflush(stdout);

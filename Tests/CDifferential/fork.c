@@ -55,6 +55,18 @@ static int childSucceeded(pid_t pid) {
     return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* Checks that the file is PART bytes of each letter of `letters`, in order. */
+static int expectParts(const char *test, const char *path, const char *letters) {
+    size_t parts = strlen(letters);
+    static unsigned char all[4 * PART + 1];
+    long n = readAll(path, all, sizeof all);
+    int same = n == (long)(parts * PART);
+    for (size_t p = 0; same && p < parts; p++)
+        for (size_t i = 0; same && i < PART; i++) same = all[p * PART + i] == (unsigned char)letters[p];
+    if (!same) fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected %zu x %d bytes: %s\n", test, n, parts, PART, letters);
+    return same ? 0 : 1;
+}
+
 static int coordinated(const char *dir) {
     const char *test = "coordinated";
     char path[4096];
@@ -130,12 +142,7 @@ static int handoff(const char *dir) {
         return 1;
     }
     if (ACSecureFileClose(fd) != 0) return fail(test, "close");
-    static unsigned char all[3 * PART + 1];
-    if (readAll(path, all, sizeof all) != 3 * PART || memcmp(all, a, PART) || memcmp(all + PART, b, PART)
-        || memcmp(all + 2 * PART, c, PART)) {
-        fprintf(stderr, "fork: %s: FAIL: the file is not a, b, c\n", test);
-        return 1;
-    }
+    if (expectParts(test, path, "abc")) return 1;
     printf("fork: handoff: the child's append through its inherited descriptor lands after the parent's later write\n");
     return 0;
 }
@@ -167,12 +174,7 @@ static int writeBack(const char *dir) {
     close(go[1]);
     if (!childSucceeded(pid)) return fail(test, "child");
     if (ACSecureFileClose(fd) != 0) return fail(test, "close");
-    static unsigned char all[2 * PART + 1];
-    long n = readAll(path, all, sizeof all);
-    if (n != 2 * PART || memcmp(all, x, PART) || memcmp(all + PART, y, PART)) {
-        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected x then y (%d)\n", test, n, 2 * PART);
-        return 1;
-    }
+    if (expectParts(test, path, "xy")) return 1;
     printf("fork: writeback: a child's exit does not write its copy of the parent's buffer\n");
     return 0;
 }
@@ -200,12 +202,7 @@ static int daemonLike(const char *dir) {
         fprintf(stderr, "fork: %s: FAIL: the writer or its child failed (exit %d)\n", test, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return 1;
     }
-    static unsigned char all[PART + 1];
-    long n = readAll(path, all, sizeof all);
-    if (n != PART || memcmp(all, w, PART)) {
-        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, expected the %d buffered before the fork\n", test, n, PART);
-        return 1;
-    }
+    if (expectParts(test, path, "w")) return 1;
     printf("fork: daemon: bytes buffered before fork() are in the file after the forking process _exits\n");
     return 0;
 }
