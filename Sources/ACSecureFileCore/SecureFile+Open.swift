@@ -12,7 +12,8 @@ extension SecureFile {
     ///
     /// - Parameters:
     ///   - flags: `O_RDONLY`/`O_WRONLY`/`O_RDWR` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`,
-    ///     `O_CLOEXEC`, `O_NOFOLLOW` (others are refused with `EINVAL`).
+    ///     `O_CLOEXEC`, `O_NOFOLLOW`, `O_NOCTTY`, `O_DSYNC` (each write and truncate of the handle
+    ///     ends with `datasync()`), `O_SYNC` (with `sync()`); others are refused with `EINVAL`.
     ///   - mode: permissions for a new file (the umask applies).
     ///   - key: the app's key, or an encryption group's key for files shared between apps.
     ///   - sharing: `.thisProcess` (default): this process's handles share state and cache writes;
@@ -40,7 +41,8 @@ extension SecureFile {
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
                             readCache: ReadCache = .off) throws(SecureFileError) -> SecureFile {
-        let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | 0o100000 /* O_LARGEFILE */
+        let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_SYNC | O_DSYNC
+            | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
             throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): unsupported open flags \(String(flags, radix: 8))")
         }
@@ -100,8 +102,10 @@ extension SecureFile {
             _ = Sys.close(fd)
             throw error
         }
+        // O_SYNC is O_DSYNC plus a bit of its own on Linux.
+        let synchronized: Durability? = flags & O_SYNC == O_SYNC ? .full : flags & O_DSYNC != 0 ? .data : nil
         return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
-                          buffering: sharing == .processes ? .writeThrough : buffering)
+                          buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
     }
 
     /// When writes reach the file.

@@ -20,6 +20,9 @@ public final class SecureFile: @unchecked Sendable {
     /// Write-back buffering (opt-in): writes may stay in memory until flush, sync, close, a services
     /// lock or normal exit.
     public let buffering: Buffering
+    /// `O_DSYNC` / `O_SYNC`: every write and truncate of this handle ends with `datasync()` /
+    /// `sync()` (so it is durable when it returns, as with those flags on a plain file).
+    let synchronized: Durability?
     // Guarded by shared.lock:
     private var offset: Int64 = 0
     private var isClosed = false
@@ -29,7 +32,8 @@ public final class SecureFile: @unchecked Sendable {
     /// The largest plaintext size of a secure file: 2^44 bytes (16 TiB).
     public static let maximumFileSize: Int64 = 1 << 44
 
-    init(fd: Int32, path: String, shared: SharedFile, accessMode: Int32, append: Bool, buffering: Buffering) {
+    init(fd: Int32, path: String, shared: SharedFile, accessMode: Int32, append: Bool, buffering: Buffering,
+         synchronized: Durability? = nil) {
         self.fileDescriptor = fd
         self.path = path
         self.shared = shared
@@ -37,6 +41,7 @@ public final class SecureFile: @unchecked Sendable {
         self.canWrite = accessMode != O_RDONLY
         self.appendMode = append
         self.buffering = buffering
+        self.synchronized = synchronized
         self.seenErrorGeneration = shared.lock.withLock { shared.deferredErrorGeneration }
     }
 
@@ -65,8 +70,12 @@ public final class SecureFile: @unchecked Sendable {
         default: break
         }
         try shared.ensureKeys()
-        guard shared.coordinated else { return try body(shared) }
         let exclusive = access == .write || access == .truncate
+        guard shared.coordinated else {
+            let result = try body(shared)
+            if exclusive, let synchronized { try shared.makeDurable(synchronized) }
+            return result
+        }
         try shared.beginCoordinated(exclusive: exclusive, readEnd: readEnd)
         let result: R
         do { result = try body(shared) } catch {
@@ -81,10 +90,14 @@ public final class SecureFile: @unchecked Sendable {
             }
         }
         try shared.finishCoordinated()
+        if exclusive, let synchronized { try shared.makeDurable(synchronized) }
         return result
     }
 
     private enum Access { case read, write, truncate, none }
+
+    /// What `fsync(2)` (`.full`) or `fdatasync(2)` (`.data`) forces to the device.
+    enum Durability { case data, full }
 
     /// `read(2)`: reads at the current offset and advances it.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws(SecureFileError) -> Int {
@@ -262,19 +275,13 @@ public final class SecureFile: @unchecked Sendable {
     /// `fsync(2)`: writes buffered data, then forces the file's data and metadata to the device, so
     /// everything written before survives a power loss.
     public func sync() throws(SecureFileError) {
-        try locked(.none) { (s: SharedFile) throws(SecureFileError) in
-            try s.flushRun()
-            try s.checkIO(Sys.fsync(s.ioFD), "fsync")
-        }
+        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.full) }
     }
 
     /// `fdatasync(2)`: as `sync()`, without forcing metadata that reading the data does not need
     /// (the file's length is such metadata, so growth is still made durable).
     public func datasync() throws(SecureFileError) {
-        try locked(.none) { (s: SharedFile) throws(SecureFileError) in
-            try s.flushRun()
-            try s.checkIO(Sys.fdatasync(s.ioFD), "fdatasync")
-        }
+        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.data) }
     }
 
     /// Writes cached data and closes the descriptor. A second close fails with `EBADF`.

@@ -238,6 +238,15 @@ final class SharedFile: @unchecked Sendable {
         cache.wipe()
     }
 
+    /// Writes buffered data, then forces it to the device: `fsync(2)` or `fdatasync(2)`.
+    func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
+        try flushRun()
+        switch durability {
+        case .full: try checkIO(Sys.fsync(ioFD), "fsync")
+        case .data: try checkIO(Sys.fdatasync(ioFD), "fdatasync")
+        }
+    }
+
     /// Records the failure of a write that had already returned success.
     func deferError(_ error: SecureFileError, _ context: String) {
         deferredError = SecureFileError(code: error.code, errno: error.errno, message: "\(error.message) (\(context))")

@@ -102,6 +102,29 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(fd), 0)
     }
 
+    /// O_DSYNC / O_SYNC are accepted and sync each write before it returns (SynchronizedWriteTests
+    /// counts the calls for every mode); a failed fdatasync fails the write with its errno.
+    func testSynchronousOpenFlagsSyncEachWrite() {
+        for (flag, call) in [(O_DSYNC, SecureFileTesting.Call.fdatasync), (O_SYNC, .fsync)] {
+            let fd = open("synchronous", O_RDWR | O_CREAT | flag)
+            XCTAssertGreaterThanOrEqual(fd, 0, String(cString: strerror(errno)))
+            let syncs = LockedValue(0)
+            SecureFileTesting.faultInjector = { c in
+                if c == call { syncs.withLock { $0 += 1 } }
+                return nil
+            }
+            XCTAssertEqual(ACSecureFileWrite(fd, "abc", 3), 3)
+            XCTAssertEqual(ACSecureFilePwrite(fd, "de", 2, 3), 2)
+            XCTAssertEqual(ACSecureFtruncate(fd, 4), 0)
+            SecureFileTesting.faultInjector = nil
+            XCTAssertEqual(syncs.withLock { $0 }, 3, "one \(call) per write and truncate")
+            SecureFileTesting.faultInjector = { c in c == call ? .fail(EIO) : nil }
+            assertFails(ACSecureFileWrite(fd, "f", 1), errno: EIO)
+            SecureFileTesting.faultInjector = nil
+            XCTAssertEqual(ACSecureFileClose(fd), 0)
+        }
+    }
+
     /// Issue 15, finding 9: no guarded memory left fails the open with ENOMEM (it trapped), adds no
     /// descriptor to the table, keeps no kernel descriptor, and the same open works afterwards.
     /// (Real exhaustion under RLIMIT_AS/RLIMIT_NOFILE: ResourceExhaustionTests.)

@@ -99,7 +99,9 @@ extern "C" {
  * Opens (and with O_CREAT creates) a secure file. The corresponding POSIX function is `open`.
  *
  * oflag takes O_RDONLY / O_WRONLY / O_RDWR with O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_CLOEXEC,
- * O_NOFOLLOW and O_NOCTTY; other flags (O_SYNC, O_DSYNC, O_DIRECT, O_TMPFILE, O_PATH, ...) are
+ * O_NOFOLLOW, O_NOCTTY, O_DSYNC and O_SYNC (each write and truncate through the descriptor ends
+ * with ACSecureFileFdatasync / ACSecureFileFsync before it returns; a failed sync fails the call
+ * with its errno); other flags (O_DIRECT, O_TMPFILE, O_PATH, O_NOATIME, O_NONBLOCK, ...) are
  * refused with EINVAL. The mode argument is read only when oflag contains O_CREAT (or O_TMPFILE),
  * exactly like open(); it is subject to the umask. A new (or O_TRUNC'ed) file is keyed with the
  * app's key; use ACSecureFileOpenWithGroupID (ACSecureServices.h) to share a file through an
