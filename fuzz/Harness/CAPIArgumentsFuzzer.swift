@@ -175,7 +175,8 @@ public enum CAPIArgumentsFuzzer {
                 switch op {
                 case 0, 12:  // open (NULL path when op is 12 and the flag byte is odd)
                     let fb = steps == 1 ? 0 : c.u8()
-                    let flags = openFlags[Int(fb) % openFlags.count]
+                    // The low bits pick the flags; bit 6 adds O_DSYNC (inputs from before keep theirs).
+                    let flags = openFlags[Int(fb) % openFlags.count] | (fb & 0x40 != 0 ? O_DSYNC : 0)
                     let nullPath = op == 12 && fb & 1 != 0
                     guard pairs.count < 4 || nullPath else { continue }
                     let s = nullPath ? ACSecureFile_openWithMode(nil, flags, 0o600) : ACSecureFile_openWithMode(securePathC, flags, 0o600)

@@ -217,7 +217,10 @@ public enum OperationSequenceFuzzer {
             step += 1
             let op = c.u8()
             if pairs.isEmpty || op % 16 == 0 {
-                if pairs.count < 4, let f = openPair(openModes[Int(c.u8()) % openModes.count]) { return f }
+                // The mode byte's low bits pick the mode; its top bit adds O_DSYNC (a sync per write),
+                // so inputs and FailCases written before it keep their modes.
+                let m = c.u8()
+                if pairs.count < 4, let f = openPair(openModes[Int(m) % openModes.count] | (m & 0x80 != 0 ? O_DSYNC : 0)) { return f }
                 continue
             }
             let i = Int(c.u8()) % pairs.count
