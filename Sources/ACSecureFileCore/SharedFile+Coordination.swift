@@ -33,7 +33,7 @@ extension SharedFile {
     }
 
     /// What another process may have changed since this one last looked (the part of
-    /// `beginCoordinated` after the lock; also a forked child's first call, `adoptAfterFork`):
+    /// `beginCoordinated` after the lock; also a forked child's first call, `adoptAfterForkIfNeeded`):
     /// drops the cached chunks, and rereads the length, the file ID when `exclusive`,
     /// `recheckFileID` or the length changed, the header of a file emptied or created meanwhile,
     /// and the end. A read ending inside the length known from the last operation (`readEnd`)

@@ -26,6 +26,12 @@ enum ForkGeneration {
 }
 
 extension SharedFile {
+    /// Where the state is only closed or flushed (a close, the exit's flush, a services lock): a
+    /// forked child's copy of the parent's buffered writes is dropped, not written a second time.
+    func dropInheritedRun() {
+        if runFirst >= 0, forkGeneration != ForkGeneration.current { dropRun(); size = diskSize }
+    }
+
     /// Makes an inherited state the child's own (called with the state's lock held):
     /// - buffered writes (the parent wrote them before the fork; any a thread added during the fork
     ///   are the parent's to write) and cached plaintext are dropped: written by the child, the
@@ -37,12 +43,6 @@ extension SharedFile {
     ///   a description of its own the two would not exclude each other;
     /// - in default mode, the length, file ID and end are read again, as an open would (coordinated
     ///   mode does that at every call anyway).
-    /// Where the state is only closed or flushed (a close, the exit's flush, a services lock): a
-    /// forked child's copy of the parent's buffered writes is dropped, not written a second time.
-    func dropInheritedRun() {
-        if runFirst >= 0, forkGeneration != ForkGeneration.current { dropRun(); size = diskSize }
-    }
-
     func adoptAfterForkIfNeeded() throws(SecureFileError) {
         let generation = ForkGeneration.current
         guard forkGeneration != generation else { return }
@@ -54,6 +54,8 @@ extension SharedFile {
             let flags = (ioFDWritable ? O_RDWR : O_RDONLY) | O_CLOEXEC
             switch Sys.open("/proc/self/fd/\(ioFD)", flags, 0) {
             case .success(let own):
+                // The inherited duplicate: its description stays open through the caller's
+                // descriptor, so its close has nothing to flush or lose.
                 _ = Sys.close(ioFD)
                 ioFD = own
             case .failure(let e):
