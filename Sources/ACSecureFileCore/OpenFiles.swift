@@ -118,11 +118,13 @@ enum OpenFiles {
                 _ = Sys.close(existing.ioFD)
                 existing.ioFD = dupFD
                 existing.ioFDWritable = true
+                existing.ioFDSharedWithParent = false  // this process's own open
             case .failure(let e):
                 throw .posix(e.rawValue, "\(r.path): dup")
             }
         }
         if r.coordinated {
+            try existing.ownDescription()  // a forked child's inherited description cannot hold its lock
             existing.coordinated = true
             existing.dropReadCache()
         }

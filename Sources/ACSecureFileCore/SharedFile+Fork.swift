@@ -38,9 +38,10 @@ extension SharedFile {
     ///   parent's buffer could land over newer data;
     /// - the next seal draws a new key selector (parent and child would otherwise both go on
     ///   sealing under one);
-    /// - in coordinated mode, the child opens the file again (`/proc/self/fd`): the record lock
+    /// - the child opens the file again (`/proc/self/fd`): the record lock of coordinated mode
     ///   belongs to the open file description, which the child shares with the parent, so without
-    ///   a description of its own the two would not exclude each other;
+    ///   a description of its own the two would not exclude each other (in default mode, where no
+    ///   lock is taken, a failed reopen keeps the shared one until coordination is asked for);
     /// - in default mode, the length, file ID and end are read again, as an open would (coordinated
     ///   mode does that at every call anyway).
     func adoptAfterForkIfNeeded() throws(SecureFileError) {
@@ -50,20 +51,29 @@ extension SharedFile {
         if cacheIndex >= 0 { dropCache() }
         if readCache != nil { dropReadCache() }
         cipher?.retireWriteSelector()
-        if ioFD >= 0, coordinated {
-            let flags = (ioFDWritable ? O_RDWR : O_RDONLY) | O_CLOEXEC
-            switch Sys.open("/proc/self/fd/\(ioFD)", flags, 0) {
-            case .success(let own):
-                // The inherited duplicate: its description stays open through the caller's
-                // descriptor, so its close has nothing to flush or lose.
-                _ = Sys.close(ioFD)
-                ioFD = own
-            case .failure(let e):
-                // Retried at the next call: without its own description this process must not write.
-                throw .posix(e.rawValue, "\(path): a forked process could not open the file again for its own record lock (/proc/self/fd)")
-            }
+        if ioFD >= 0 {
+            ioFDSharedWithParent = true
+            do { try ownDescription() } catch { if coordinated { throw error } }
         }
         forkGeneration = generation
         if !coordinated, hasHeader, ioFD >= 0 { try refreshFromDisk(exclusive: true) }
+    }
+
+    /// Gives `ioFD` an open file description of its own, if it still shares the parent's.
+    /// - Throws: the reopen's errno, retried at the next call: without its own description this
+    ///   process must not take the record lock.
+    func ownDescription() throws(SecureFileError) {
+        guard ioFDSharedWithParent, ioFD >= 0 else { return }
+        let flags = (ioFDWritable ? O_RDWR : O_RDONLY) | O_CLOEXEC
+        switch Sys.open("/proc/self/fd/\(ioFD)", flags, 0) {
+        case .success(let own):
+            // The inherited duplicate: its description stays open through the caller's
+            // descriptor, so its close has nothing to flush or lose.
+            _ = Sys.close(ioFD)
+            ioFD = own
+            ioFDSharedWithParent = false
+        case .failure(let e):
+            throw .posix(e.rawValue, "\(path): a forked process could not open the file again for its own record lock (/proc/self/fd)")
+        }
     }
 }

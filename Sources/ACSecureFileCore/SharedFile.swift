@@ -75,6 +75,9 @@ final class SharedFile: @unchecked Sendable {
     var coordinated = false
     /// The fork count this state was last used at: a forked child adopts it first (`adoptAfterForkIfNeeded`).
     var forkGeneration: Int
+    /// `ioFD` is still the open file description a forked child inherited (its reopen failed in
+    /// default mode): coordinated mode must not lock through it (`ownDescription`).
+    var ioFDSharedWithParent = false
 
     /// A write that had returned success could not reach the disk later (a write-back flush when
     /// services locked, or at exit): every handle reports it once, at its next call or close.

@@ -1,11 +1,15 @@
 /*
  * fork — secure descriptors across fork(2) (ACSecureFile.h "Processes and fork()"). Each case fails
- * with the engine as it was before fork was handled:
+ * with the engine as it was before fork was handled (late: before its own fix):
  *
  *   coordinated  parent and child append 100-byte records through the inherited ACSECURE_OPEN_SHARED
  *                descriptor at the same time. Every record of both must be in the file. (The record
  *                lock belongs to the open file description, which parent and child shared: the two
  *                did not exclude each other and the file ended up unreadable.)
+ *   late         a descriptor opened in default mode before the fork; after it, parent and child
+ *                each open the file again with ACSECURE_OPEN_SHARED and append at the same time.
+ *                Every record must be in the file. (The child's state had adopted the inherited
+ *                description while it was uncoordinated and then locked through it.)
  *   handoff      default mode: the parent writes after the fork, then the child appends through its
  *                inherited descriptor. The child's append must land after the parent's bytes, and
  *                the child must read them. (It appended at the length cached before the fork, over
@@ -102,6 +106,44 @@ static int coordinated(const char *dir) {
         return 1;
     }
     printf("fork: coordinated: %d + %d concurrent appends through an inherited descriptor, all in the file\n", RECORDS, RECORDS);
+    return 0;
+}
+
+/* Appends RECORDS records of `byte` through a new ACSECURE_OPEN_SHARED descriptor; 0 on success. */
+static int appendShared(const char *path, char byte) {
+    int fd = ACSecureFileOpenWithOptions(path, O_WRONLY | O_APPEND, 0, ACSECURE_OPEN_SHARED);
+    if (fd < 0) return 1;
+    unsigned char record[RECORD];
+    memset(record, byte, sizeof record);
+    for (int i = 0; i < RECORDS; i++)
+        if (ACSecureFileWrite(fd, record, sizeof record) != (ssize_t)sizeof record) return 1;
+    return ACSecureFileClose(fd) == 0 ? 0 : 1;
+}
+
+static int late(const char *dir) {
+    const char *test = "late";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/late", dir);
+    int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC, 0600);  /* default mode, kept open */
+    if (fd < 0) return fail(test, "open");
+    pid_t pid = fork();
+    if (pid < 0) return fail(test, "fork");
+    if (pid == 0) _exit(appendShared(path, 'c'));
+    if (appendShared(path, 'p') != 0) return fail(test, "parent's appends");
+    if (!childSucceeded(pid)) return fail(test, "the child's appends failed");
+    if (ACSecureFileClose(fd) != 0) return fail(test, "close");
+    static unsigned char all[2 * RECORDS * RECORD + 1];
+    long n = readAll(path, all, sizeof all), parent = 0, child = 0;
+    for (long i = 0; n == 2 * RECORDS * RECORD && i < n; i += RECORD) {
+        if (memcmp(all + i, all + i + 1, RECORD - 1) != 0) break;
+        if (all[i] == 'p') parent++; else if (all[i] == 'c') child++;
+    }
+    if (parent != RECORDS || child != RECORDS) {
+        fprintf(stderr, "fork: %s: FAIL: the file reads %ld bytes, %ld parent and %ld child records, expected %d each\n",
+                test, n, parent, child, RECORDS);
+        return 1;
+    }
+    printf("fork: late: coordinated appends through descriptors opened after the fork, next to one inherited: all in the file\n");
     return 0;
 }
 
@@ -218,6 +260,8 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);  /* a child's exit() must not print the parent's buffered lines again */
     int failures = coordinated(argv[2]);
+    fflush(stdout);
+    failures += late(argv[2]);
     fflush(stdout);
     failures += handoff(argv[2]);
     fflush(stdout);
