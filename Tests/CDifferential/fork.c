@@ -59,6 +59,28 @@ static int childSucceeded(pid_t pid) {
     return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* Forks a child that waits until the parent calls go(): returns the pid in the parent, 0 in the
+ * child once released, -1 if the fork failed. */
+static int goPipe[2];
+static pid_t forkWaiting(void) {
+    if (pipe(goPipe) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char token;
+        close(goPipe[1]);
+        if (read(goPipe[0], &token, 1) != 1) _exit(2);
+        return 0;
+    }
+    close(goPipe[0]);
+    return pid;
+}
+
+static int go(void) {
+    int ok = write(goPipe[1], "g", 1) == 1;
+    close(goPipe[1]);
+    return ok;
+}
+
 /* Checks that the file is PART bytes of each letter of `letters`, in order. */
 static int expectParts(const char *test, const char *path, const char *letters) {
     size_t parts = strlen(letters);
@@ -71,10 +93,7 @@ static int expectParts(const char *test, const char *path, const char *letters) 
     return same ? 0 : 1;
 }
 
-static int coordinated(const char *dir) {
-    const char *test = "coordinated";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/coordinated", dir);
+static int coordinated(const char *test, const char *path) {
     int fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0600, ACSECURE_OPEN_SHARED);
     if (fd < 0) return fail(test, "open");
     pid_t pid = fork();
@@ -120,10 +139,7 @@ static int appendShared(const char *path, char byte) {
     return ACSecureFileClose(fd) == 0 ? 0 : 1;
 }
 
-static int late(const char *dir) {
-    const char *test = "late";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/late", dir);
+static int late(const char *test, const char *path) {
     int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC, 0600);  /* default mode, kept open */
     if (fd < 0) return fail(test, "open");
     pid_t pid = fork();
@@ -147,10 +163,7 @@ static int late(const char *dir) {
     return 0;
 }
 
-static int handoff(const char *dir) {
-    const char *test = "handoff";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/handoff", dir);
+static int handoff(const char *test, const char *path) {
     unsigned char a[PART], b[PART], c[PART];
     memset(a, 'a', PART);
     memset(b, 'b', PART);
@@ -158,14 +171,9 @@ static int handoff(const char *dir) {
     int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0600);
     if (fd < 0) return fail(test, "open");
     if (ACSecureFileWrite(fd, a, PART) != PART) return fail(test, "write a");
-    int go[2];
-    if (pipe(go) != 0) return fail(test, "pipe");
-    pid_t pid = fork();
+    pid_t pid = forkWaiting();
     if (pid < 0) return fail(test, "fork");
     if (pid == 0) {
-        char token;
-        close(go[1]);
-        if (read(go[0], &token, 1) != 1) _exit(2);
         /* The parent has written b: the inherited descriptor appends after it and reads it. */
         if (ACSecureFileWrite(fd, c, PART) != PART) _exit(3);
         static unsigned char seen[3 * PART + 1];
@@ -173,10 +181,8 @@ static int handoff(const char *dir) {
         if (memcmp(seen, a, PART) || memcmp(seen + PART, b, PART) || memcmp(seen + 2 * PART, c, PART)) _exit(5);
         _exit(ACSecureFileClose(fd) == 0 ? 0 : 6);
     }
-    close(go[0]);
     if (ACSecureFileWrite(fd, b, PART) != PART) return fail(test, "write b");
-    if (write(go[1], "g", 1) != 1) return fail(test, "pipe write");
-    close(go[1]);
+    if (!go()) return fail(test, "pipe write");
     int status;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr, "fork: %s: FAIL: the child's append or read-back failed (exit %d)\n", test,
@@ -189,31 +195,19 @@ static int handoff(const char *dir) {
     return 0;
 }
 
-static int writeBack(const char *dir) {
-    const char *test = "writeback";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/writeback", dir);
+static int writeBack(const char *test, const char *path) {
     unsigned char x[PART], y[PART];
     memset(x, 'x', PART);
     memset(y, 'y', PART);
     int fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT | O_TRUNC, 0600, ACSECURE_OPEN_WRITE_BACK);
     if (fd < 0) return fail(test, "open");
     if (ACSecureFileWrite(fd, x, PART) != PART) return fail(test, "write x");  /* buffered */
-    int go[2];
-    if (pipe(go) != 0) return fail(test, "pipe");
-    pid_t pid = fork();
+    pid_t pid = forkWaiting();
     if (pid < 0) return fail(test, "fork");
-    if (pid == 0) {
-        char token;
-        close(go[1]);
-        if (read(go[0], &token, 1) != 1) _exit(2);
-        exit(0);  /* the exit flush: must not write the parent's buffer again */
-    }
-    close(go[0]);
+    if (pid == 0) exit(0);  /* the exit flush: must not write the parent's buffer again */
     if (ACSecureFileFlush(fd) != 0) return fail(test, "flush x");
     if (ACSecureFileWrite(fd, y, PART) != PART || ACSecureFileFlush(fd) != 0) return fail(test, "write y");
-    if (write(go[1], "g", 1) != 1) return fail(test, "pipe write");
-    close(go[1]);
+    if (!go()) return fail(test, "pipe write");
     if (!childSucceeded(pid)) return fail(test, "child");
     if (ACSecureFileClose(fd) != 0) return fail(test, "close");
     if (expectParts(test, path, "xy")) return 1;
@@ -221,10 +215,7 @@ static int writeBack(const char *dir) {
     return 0;
 }
 
-static int daemonLike(const char *dir) {
-    const char *test = "daemon";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/daemon", dir);
+static int daemonLike(const char *test, const char *path) {
     unsigned char w[PART];
     memset(w, 'w', PART);
     pid_t pid = fork();
@@ -249,6 +240,14 @@ static int daemonLike(const char *dir) {
     return 0;
 }
 
+/* Runs one case on DIR/NAME. */
+static int run(const char *dir, const char *name, int (*test)(const char *name, const char *path)) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fflush(stdout);  /* a child's exit() must not print the parent's buffered lines again */
+    return test(name, path);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: fork STORE DIR\n");
@@ -258,15 +257,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fork: ACSecureServicesStart: %s\n", strerror(errno));
         return 1;
     }
-    fflush(stdout);  /* a child's exit() must not print the parent's buffered lines again */
-    int failures = coordinated(argv[2]);
-    fflush(stdout);
-    failures += late(argv[2]);
-    fflush(stdout);
-    failures += handoff(argv[2]);
-    fflush(stdout);
-    failures += writeBack(argv[2]);
-    fflush(stdout);
-    failures += daemonLike(argv[2]);
+    int failures = run(argv[2], "coordinated", coordinated);  /* one after another, in this order */
+    failures += run(argv[2], "late", late);
+    failures += run(argv[2], "handoff", handoff);
+    failures += run(argv[2], "writeback", writeBack);
+    failures += run(argv[2], "daemon", daemonLike);
     return failures == 0 ? 0 : 1;
 }
