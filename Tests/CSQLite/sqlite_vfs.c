@@ -33,6 +33,8 @@
 
 #include <sqlite3.h>
 #include <ACSecureFile/ACSecureSQLite.h>
+#include <ACSecureFile/ACSecureFile.h>
+#include <fcntl.h>
 
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
@@ -300,6 +302,29 @@ static int runCrashChild(const char *path, const char *sync, const char *mode) {
     }
 }
 
+/* After a failed round: what the engine says of a file the writer left (its length, a recovered
+ * end, the first chunk that does not read), so a rare failure can be understood from the log. */
+static void diagnose(const char *file) {
+    struct stat st;
+    if (stat(file, &st) != 0) { fprintf(stderr, "diagnosis: %s: absent\n", file); return; }
+    int fd = ACSecureFileOpen(file, O_RDONLY);
+    if (fd < 0) {
+        fprintf(stderr, "diagnosis: %s: %lld bytes on disk, does not open: %s\n", file, (long long)st.st_size, strerror(errno));
+        return;
+    }
+    struct stat s;
+    long long size = ACSecureFstat(fd, &s) == 0 ? (long long)s.st_size : -1;
+    fprintf(stderr, "diagnosis: %s: %lld bytes on disk, %lld plaintext, %lld recovered bytes after the end, ACE %d after open\n",
+            file, (long long)st.st_size, size, (long long)ACSecureFileRecoveredBytes(fd), ACSecureFileLastError(fd));
+    static char chunk[4096];
+    for (long long at = 0; at < size; at += (long long)sizeof chunk) {
+        if (ACSecureFilePread(fd, chunk, sizeof chunk, (off_t)at) < 0) {
+            fprintf(stderr, "diagnosis: %s: the chunk at %lld does not read: %s (ACE %d)\n", file, at, strerror(errno), ACSecureFileLastError(fd));
+        }
+    }
+    ACSecureFileClose(fd);
+}
+
 static int runCrash(const char *path, int rounds, unsigned seed, const char *sync, const char *mode) {
     size_t cap = 1 << 16, count = 0;
     long long *committed = malloc(cap * sizeof *committed);
@@ -323,6 +348,7 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
         int status = 0;
         waitpid(pid, &status, 0);
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "round %d: the writer ended before the kill (status %d)", round, status);
+        if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) { diagnose(journal); diagnose(path); }
         FILE *out = fdopen(fds[0], "r");
         long long id;
         while (fscanf(out, "%lld", &id) == 1) {
