@@ -8,7 +8,7 @@ import ACSecureServices
 /// The on-disk layout of a secure file (see docs/FORMAT.md).
 ///
 ///     header (128) ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer
-///     version 2 (new files):
+///     versions 2 and 3 (3 for new files; 3 adds the header's pending-end record, see FileHeader):
 ///       chunk   = s (4) ‖ nonce (12) ‖ AES-256-GCM(K_s, nonce, plaintext ≤ chunkSize, AAD = fileID ‖ u64 index) ‖ tag (16)
 ///       trailer = s (4) ‖ nonce (12) ‖ GCM tag under K_s over no plaintext, AAD = "ACSF end" ‖ fileID ‖ u64 plaintext size
 ///     version 1: the same without s, under the data key itself (28 bytes per chunk and trailer).
@@ -21,9 +21,14 @@ public struct FileLayout: Sendable, Equatable {
     public static let tagSize = 16
     public static let defaultChunkShift: UInt8 = 12  // 4 KiB: see docs/FORMAT.md for why
     public static let chunkShiftRange: ClosedRange<UInt8> = 9...20
-    /// The version new files get; version 1 files keep their version when modified.
-    public static let currentVersion: UInt16 = 2
-    public static let supportedVersions: ClosedRange<UInt16> = 1...2
+    /// The version new files get. Version 2 files become version 3 (a header rewrite: the chunks are
+    /// the same) at their first change that needs a pending-end record; version 1 files keep their
+    /// version when modified.
+    public static let currentVersion: UInt16 = 3
+    public static let supportedVersions: ClosedRange<UInt16> = 1...3
+
+    /// Whether the header can hold a pending-end record (bytes 108..<128).
+    public var hasPendingEndRecord: Bool { version >= 3 }
 
     public let version: UInt16
     /// Bytes of the key selector before each chunk's and the trailer's nonce: 4 from version 2, else 0.
@@ -91,7 +96,7 @@ public struct FileLayout: Sendable, Equatable {
 /// The 128-byte header: format, chunk size, file ID and the wrapped data key.
 ///
 ///     0   "ACSF"                4
-///     4   version = 1 or 2      u16  (2 for new files: key selectors, see FileLayout)
+///     4   version = 1, 2 or 3   u16  (3 for new files; from 2: key selectors, see FileLayout)
 ///     6   header size = 128     u16
 ///     8   chunk shift (9…20)    u8
 ///     9   key class             u8   (1 app, 2 group, 3 crypto block)
@@ -102,9 +107,23 @@ public struct FileLayout: Sendable, Equatable {
 ///     48  wrap nonce            12
 ///     60  wrapped data key      32   AES-256-GCM(KEK, nonce, data key, AAD = bytes 0..<48)
 ///     92  wrap tag              16
-///     108 reserved, zero        20
+///     108 version 3: the pending-end record (20 bytes, outside the wrap's AAD, so it is rewritten
+///         alone with one 20-byte pwrite inside the first sector); versions 1 and 2: reserved, zero
+///           108 kind                u8   0 none (the rest written as zero, not read), 1 a pending end
+///           109 reserved, zero      3
+///           112 size                u64  the plaintext size the file ends at if a trailer for it is
+///                                        found at its place (docs/FORMAT.md "Pending end")
+///           120 reserved, zero      8
 public struct FileHeader: Sendable, Equatable {
     public static let magic: [UInt8] = Array("ACSF".utf8)
+
+    /// Where the pending-end record starts, and its size.
+    static let pendingEndOffset = 108
+    static let pendingEndRecordSize = 20
+
+    /// The pending end this header records (version 3), nil for none. It is a hint, not trusted:
+    /// a reader takes it only where a trailer for that size authenticates at its place.
+    public var pendingEnd: Int64?
 
     public var layout: FileLayout
     public var keyClass: UInt8
@@ -235,7 +254,41 @@ public struct FileHeader: Sendable, Equatable {
             fields.withUnsafeBytes { (out + 16).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             let reserved = 16 + fields.count
             (out + reserved).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.headerSize - reserved)
+            if let pendingEnd {
+                precondition(layout.hasPendingEndRecord, "only version 3 headers hold a pending end")
+                Self.writePendingEndRecord(pendingEnd, into: out + Self.pendingEndOffset)
+            }
             initialized = FileLayout.headerSize
+        }
+    }
+
+    /// The 20 bytes of a pending-end record for `size` (nil: none, all zero) at `out`.
+    static func writePendingEndRecord(_ size: Int64?, into out: UnsafeMutableRawPointer) {
+        out.initializeMemory(as: UInt8.self, repeating: 0, count: pendingEndRecordSize)
+        guard let size else { return }
+        out.storeBytes(of: 1, as: UInt8.self)
+        out.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 4, as: UInt64.self)
+    }
+
+    /// Parses an untrusted pending-end record (20 bytes): nil for none. Kind 0 is no record, whatever
+    /// the size bytes hold (the record is cleared by rewriting all 20 bytes, and a reader must not
+    /// depend on more than the kind byte of a clear); a size past the limit can be no end, so it is
+    /// no record either. Another kind, or non-zero reserved bytes in a record, are malformed: no
+    /// writer leaves them.
+    static func parsePendingEndRecord(_ r: UnsafeRawBufferPointer) -> Result<Int64?, HeaderParseError> {
+        precondition(r.count == pendingEndRecordSize)
+        switch r[0] {
+        case 0:
+            return .success(nil)
+        case 1:
+            guard r[1..<4].allSatisfy({ $0 == 0 }), r[12..<20].allSatisfy({ $0 == 0 }) else {
+                return .failure(.malformed("reserved bytes of the pending-end record are not zero"))
+            }
+            let size = UInt64(bigEndian: r.loadUnaligned(fromByteOffset: 4, as: UInt64.self))
+            guard size <= UInt64(SecureFile.maximumFileSize) else { return .success(nil) }
+            return .success(Int64(size))
+        case let kind:
+            return .failure(.malformed("pending-end record kind \(kind)"))
         }
     }
 
@@ -254,14 +307,24 @@ public struct FileHeader: Sendable, Equatable {
         guard headerSize == FileLayout.headerSize else { return .failure(.malformed("header size \(headerSize)")) }
         guard FileLayout.chunkShiftRange.contains(b[8]) else { return .failure(.malformed("chunk shift \(b[8])")) }
         guard KeyEncryptionKey.KeyClass(rawValue: b[9]) != nil else { return .failure(.malformed("key class \(b[9])")) }
-        // No flag is defined (versions 1 and 2): a reader that ignored one would misread a file written by
+        // No flag is defined (versions 1 to 3): a reader that ignored one would misread a file written by
         // a later writer, and a forged value must not pass (the wrap authenticates whatever is there).
         let flags = UInt16(b[10]) << 8 | UInt16(b[11])
         guard flags == 0 else { return .failure(.malformed("flags 0x\(String(flags, radix: 16)) are reserved and must be zero")) }
         guard b[12..<16].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 12..<16 are not zero")) }
-        guard b[108..<128].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 108..<128 are not zero")) }
-        return .success(FileHeader(layout: FileLayout(chunkShift: b[8], version: version), keyClass: b[9], flags: flags,
-                                   fields: Array(b[16..<108])))
+        var pendingEnd: Int64?
+        let layout = FileLayout(chunkShift: b[8], version: version)
+        if layout.hasPendingEndRecord {
+            switch parsePendingEndRecord(UnsafeRawBufferPointer(rebasing: b[pendingEndOffset..<pendingEndOffset + pendingEndRecordSize])) {
+            case .success(let end): pendingEnd = end
+            case .failure(let why): return .failure(why)
+            }
+        } else {
+            guard b[108..<128].allSatisfy({ $0 == 0 }) else { return .failure(.malformed("reserved bytes 108..<128 are not zero")) }
+        }
+        var header = FileHeader(layout: layout, keyClass: b[9], flags: flags, fields: Array(b[16..<108]))
+        header.pendingEnd = pendingEnd
+        return .success(header)
     }
 }
 

@@ -125,6 +125,9 @@ enum OpenFiles {
         }
         if r.coordinated {
             try existing.ownDescription()  // a forked child's inherited description cannot hold its lock
+            // An end checked without the lock may be another process's half-written one: the first
+            // locked operation checks it again, even if the length then looks unchanged.
+            if !existing.coordinated { existing.endCheckedWithoutLock = true }
             existing.coordinated = true
             existing.dropReadCache()
         }
@@ -181,8 +184,11 @@ enum OpenFiles {
             }
         }
         switch parsed {
-        case .success(let header):
+        case .success(var header):
             try shared.setLayout(header.layout)
+            // The record is the disk's, not part of the header the state keeps (and rewrites).
+            shared.pendingEndRecorded = header.pendingEnd
+            header.pendingEnd = nil
             shared.header = header
             // A length that is not a valid file length (an interrupted write or tampering) is
             // resolved by the end check below: recovered, or refused for changes.

@@ -43,7 +43,7 @@ extension SharedFile {
         // whole chunks bypass the cache) means nothing stale to drop.
         if cacheIndex >= 0 { dropCache() }
         if readCache != nil { dropReadCache() }  // coordinated files have none; a handle may have just asked
-        if !exclusive, !recheckFileID, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
+        if !exclusive, !recheckFileID, !endCheckedWithoutLock, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
            tailVerified, tailFailure == nil, pendingTailRepair == nil {
             return
         }
@@ -56,20 +56,31 @@ extension SharedFile {
         // The length this process last left the file at. Only a header read below changes layout and
         // length, and then the file is refreshed anyway.
         let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
-        if hasHeader, physical > 0, exclusive || recheckFileID || !unchanged {
+        // The end is checked again when the length changed, when it was last checked without the
+        // lock, and when the header records a pending end: another process died in a change
+        // (a cut's trailer may be down with the length unchanged).
+        var checkEnd = !unchanged || endCheckedWithoutLock
+        if hasHeader, physical > 0, exclusive || recheckFileID || checkEnd {
             // Another process may have emptied the file, which gives it a new file ID and data key.
-            var onDisk = (UInt64(0), UInt64(0))
-            let got = withUnsafeMutableBytes(of: &onDisk) { Sys.preadFull(ioFD, $0.baseAddress!, 16, 16) }
-            if case .success(16) = got, !withUnsafeBytes(of: &onDisk, { constantTimeEqual($0, UnsafeRawBufferPointer(start: fileID, count: 16)) }) {
-                header = nil
+            withUnsafeTemporaryAllocation(byteCount: FileLayout.headerSize, alignment: 8) { onDisk in
+                guard case .success(FileLayout.headerSize) = Sys.preadFull(ioFD, onDisk.baseAddress!, FileLayout.headerSize, 0) else { return }
+                let sameFile = constantTimeEqual(UnsafeRawBufferPointer(rebasing: onDisk[16..<32]), UnsafeRawBufferPointer(start: fileID, count: 16))
+                if !sameFile {
+                    header = nil
+                } else {
+                    loadPendingEndRecord(fromHeaderBytes: UnsafeRawBufferPointer(onDisk))
+                    if pendingEndRecorded != nil { checkEnd = true }
+                }
             }
         }
         if !hasHeader, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
-            guard case .success(let h) = FileHeader.read(from: ioFD) else {
+            guard case .success(var h) = FileHeader.read(from: ioFD) else {
                 throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
             }
             try setLayout(h.layout)
+            pendingEndRecorded = h.pendingEnd
+            h.pendingEnd = nil
             header = h
             keyGeneration = 0
             cipher = nil
@@ -77,7 +88,8 @@ extension SharedFile {
             try ensureKeys()
             needsRefresh = true
         }
-        if hasHeader, needsRefresh || !unchanged {
+        if hasHeader, needsRefresh || checkEnd {
+            endCheckedWithoutLock = false
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
             size = diskSize
             tailVerified = false

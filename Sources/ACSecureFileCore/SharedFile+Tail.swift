@@ -25,6 +25,11 @@ extension SharedFile {
         guard hasHeader, cipher != nil else { return }
         let physical: Int64
         if let physicalSize { physical = physicalSize } else { physical = try checkIO(Sys.fileSize(ioFD), "statx") }
+        // An interrupted change recorded where the file ends if it did not complete.
+        if let pending = try pendingEndTakesPrecedence(physical: physical), let size = pendingEndRecorded {
+            adoptEnd(pending, size: size, physical: physical)
+            return
+        }
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         var trailerOnly = false
         if physical == end {
@@ -37,13 +42,7 @@ extension SharedFile {
             }
         }
         if let (validEnd, validSize) = try findLastValidEnd(physical: physical) {
-            diskSize = validSize
-            size = max(validSize, runEnd)
-            if cacheIndex >= diskChunks { dropCache() }
-            dropReadCache()  // the end moved: its last chunk may be another length now
-            pendingTailRepair = validEnd < physical ? validEnd : nil
-            bytesAfterAuthenticatedEnd = physical - validEnd
-            tailVerified = true
+            adoptEnd(validEnd, size: validSize, physical: physical)
             return
         }
         if trailerOnly {
@@ -58,6 +57,18 @@ extension SharedFile {
         throw failure
     }
 
+    /// Takes the end at physical offset `end` (plaintext `size`) as the file's end; what follows it
+    /// is reported and cut off by the next change.
+    private func adoptEnd(_ end: Int64, size validSize: Int64, physical: Int64) {
+        diskSize = validSize
+        size = max(validSize, runEnd)
+        if cacheIndex >= diskChunks { dropCache() }
+        dropReadCache()  // the end moved: its last chunk may be another length now
+        pendingTailRepair = end < physical ? end : nil
+        bytesAfterAuthenticatedEnd = physical - end
+        tailVerified = true
+    }
+
     /// Changes need an authenticated end: building on a cut file would seal the cut into a file
     /// that then verifies.
     func requireAuthenticatedEnd() throws(SecureFileError) {
@@ -68,7 +79,7 @@ extension SharedFile {
     enum EndCheck { case intact, lastChunkFails, trailerFails }
 
     /// One read of the last chunk and the trailer before `end`, both authenticated.
-    private func endAuthenticates(at end: Int64, size: Int64) throws(SecureFileError) -> EndCheck {
+    func endAuthenticates(at end: Int64, size: Int64) throws(SecureFileError) -> EndCheck {
         guard let cipher else { return .trailerFails }
         let trailerAt = end - Int64(layout.trailerSize)
         let lastIndex = size > 0 ? (size - 1) >> Int64(layout.chunkShift) : -1

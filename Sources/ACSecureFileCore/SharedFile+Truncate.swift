@@ -65,9 +65,11 @@ extension SharedFile {
     }
 
     /// Replaces the file by an empty one under a new header (new file ID, new data key wrapped under
-    /// the same key-encryption key). One 156-byte `pwrite` puts the new header and its empty trailer
-    /// at offset 0, then `ftruncate` cuts the old chunks. A crash in between leaves the new empty
-    /// file followed by old-generation bytes that no longer authenticate (docs/FORMAT.md "Empty files").
+    /// the same key-encryption key). One 160-byte `pwrite` puts the new header, recording 0 as its
+    /// pending end, and its empty trailer at offset 0; then `ftruncate` cuts the old chunks, and
+    /// the record is cleared. A crash before the cut leaves the new empty file followed by
+    /// old-generation bytes that no longer authenticate, however many: the record says the file
+    /// ends at 0 (docs/FORMAT.md "Empty files").
     func startNewGeneration() throws(SecureFileError) {
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
@@ -75,7 +77,7 @@ extension SharedFile {
         do { newKey = try SecureBytes(randomCount: 32) } catch { throw .crypto(error, "\(path): data key") }
         // A new generation is a new file: a version 1 file becomes a current-version file here.
         let newLayout = FileLayout(chunkShift: layout.chunkShift)
-        let newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
+        var newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
         let newCipher: ChunkKeys
         do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
             throw .crypto(error, "\(path): cannot set up AES-GCM")
@@ -86,27 +88,37 @@ extension SharedFile {
         dataKey = newKey
         header = newHeader
         keyGeneration = services.keyGeneration
+        newHeader.pendingEnd = 0
         let bytes = try headerAndEmptyTrailer(newHeader)
         tailFailure = nil
         pendingTailRepair = nil
         bytesAfterAuthenticatedEnd = 0
+        pendingEndRecorded = 0
         try changeDisk(0) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
             try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
         }
+        try clearPendingEnd()
         size = 0
     }
 
     /// Cuts the file at a chunk boundary (or to 0): the new trailer first, over bytes being cut, then
     /// the physical cut.
+    ///
+    /// The new trailer lands on the head of a chunk the old end still claims, so the header records
+    /// the new length first: a crash between the trailer and the cut leaves a file whose old end
+    /// authenticates around a chunk that does not, and the record is how a reader knows the cut
+    /// was under way (it completes it). The record is cleared once the cut is done.
     private func cut(to length: Int64) throws(SecureFileError) {
         let end = layout.physicalSize(forPlaintextSize: length)
+        try recordPendingEnd(length)
         let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
+        try clearPendingEnd()
     }
 
     private func changeDisk(_ length: Int64, _ body: () throws(SecureFileError) -> Void) throws(SecureFileError) {

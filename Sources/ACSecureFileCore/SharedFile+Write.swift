@@ -28,10 +28,11 @@ extension SharedFile {
     /// a gap between the old end and `offset` becomes encrypted zeros in the same run.
     ///
     /// A span that grows the file past a short last chunk is written in two runs: first up to the
-    /// end of that chunk, then the rest. So in every run that moves the end, the chunk rewritten
-    /// over the old end is the run's last chunk, which the end check authenticates: an interrupted
-    /// run is always recognised and recovered (the file then ends at the old end, or at that
-    /// chunk's end, with the call's first bytes written: a short write).
+    /// end of that chunk, then the rest. So the chunk rewritten over a short last chunk's end is
+    /// its run's last chunk, which the end check authenticates; a run that starts at a chunk-aligned
+    /// end and writes more than one chunk records the old end in the header first (`writeRun`). An
+    /// interrupted run is always recognised and recovered (the file then ends at the old end, or
+    /// at that chunk's end, with the call's first bytes written: a short write).
     ///
     /// Any other span writes the write-back run out first. The run's own span (`flushingRun`) is
     /// not stopped between its two runs by a services lock: the lock flushes it (a hole before it
@@ -216,6 +217,12 @@ extension SharedFile {
                 let start = layout.chunkOffset(i)
                 let oldEnd = layout.physicalSize(forPlaintextSize: diskSize)
                 if touchesEnd, start < oldEnd, start + Int64(bytes) > oldEnd {
+                    // The chunk whose slot the old trailer starts in is rewritten by the second
+                    // write. If it is not this batch's last chunk, the end check could not tell
+                    // that write is missing (the new end authenticates without it): the header
+                    // records the old end first (SharedFile+PendingEnd.swift).
+                    let trailerChunk = (oldEnd - Int64(layout.trailerSize) - Int64(FileLayout.headerSize)) / Int64(physical)
+                    if trailerChunk < lastIndex { try recordPendingEnd(diskSize) }
                     // Beyond the old end first (it ends with the new trailer), then the rest: the old
                     // trailer and last chunk stay intact until the new ones are complete.
                     let split = Int(oldEnd - start)
@@ -235,6 +242,7 @@ extension SharedFile {
             }
             i += Int64(k)
         }
+        try clearPendingEnd()
         return Int(i - first)
     }
 }

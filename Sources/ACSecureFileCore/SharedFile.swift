@@ -71,6 +71,13 @@ final class SharedFile: @unchecked Sendable {
     var pendingTailRepair: Int64?
     /// How many bytes follow the authenticated end (0 normally): an interrupted extension, or tampering.
     var bytesAfterAuthenticatedEnd: Int64 = 0
+    /// The pending end the header on disk records, as far as this process knows (nil: none):
+    /// `SharedFile+PendingEnd.swift`.
+    var pendingEndRecorded: Int64?
+    /// The end was checked without the record lock (in default mode, or by a forked child) and the
+    /// state has since turned coordinated: the first locked operation checks it again, whatever
+    /// the length (another process may have been between the two writes of a change then).
+    var endCheckedWithoutLock = false
     /// Other processes may write this file: every operation takes a record lock and rereads.
     var coordinated = false
     /// The fork count this state was last used at: a forked child adopts it first (`adoptAfterForkIfNeeded`).

@@ -35,12 +35,7 @@ if args.count == 7, args[1] == "shape" {
     runShape(store: args[2], path: args[3], shape: args[4], killAt: Int(args[5]) ?? -1, tearSectors: Int(args[6]) ?? 0)
 }
 if args.count == 2, args[1] == "shapes" {
-    for s in CrashShape.all {
-        switch s.operation {
-        case .write(let offset, let count): emit("\(s.name) \(s.before) write \(offset) \(count)")
-        case .truncate(let length): emit("\(s.name) \(s.before) truncate \(length) 0")
-        }
-    }
+    for s in CrashShape.all { emit("\(s.name) \(s.before) \(s.kind.rawValue) \(s.offset) \(s.count)") }
     exit(0)
 }
 if args.count == 5, args[1] == "writeback-exit" {
@@ -153,9 +148,9 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
         let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
         if s.before > 0 { _ = try (0..<s.before).map { pattern(0, $0) }.withUnsafeBytes { try setup.pwrite($0, at: 0) } }
         try setup.close()
-        let file = try SecureFile.open(path, flags: O_RDWR, services: services)
         final class Counter: @unchecked Sendable { var calls = 0; var killNext = false }
         let counter = Counter()
+        // Every system call from the operation's open on is a kill point.
         SecureFileTesting.transferFaultInjector = { call, count, offset in
             defer { counter.calls += 1 }
             if counter.killNext || counter.calls == killAt {
@@ -171,11 +166,38 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
             }
             return nil
         }
-        switch s.operation {
-        case .write(let offset, let count):
-            _ = try (0..<count).map { pattern(1, $0) }.withUnsafeBytes { try file.pwrite($0, at: Int64(offset)) }
-        case .truncate(let length):
-            try file.truncate(to: Int64(length))
+        let data = (0..<s.count).map { pattern(1, $0) }
+        switch s.kind {
+        case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite:
+            let shared = s.kind == .sharedWrite || s.kind == .sharedTruncate
+            let file = try SecureFile.open(path, flags: O_RDWR | (s.kind == .dsyncWrite ? O_DSYNC : 0), services: services,
+                                           sharing: shared ? .processes : .thisProcess)
+            if s.kind == .truncate || s.kind == .sharedTruncate {
+                try file.truncate(to: Int64(s.offset))
+            } else {
+                _ = try data.withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset)) }
+            }
+        case .truncatingOpenThenWrite:
+            let file = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services)
+            _ = try data.withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset)) }
+        case .append:
+            let file = try SecureFile.open(path, flags: O_WRONLY | O_APPEND, services: services)
+            _ = try data.withUnsafeBytes { try file.write($0) }
+        case .writev:
+            let file = try SecureFile.open(path, flags: O_RDWR, services: services)
+            _ = try file.seek(Int64(s.offset), whence: SEEK_SET)
+            let third = s.count / 3
+            _ = try data.withUnsafeBytes { b in
+                try file.writev([UnsafeRawBufferPointer(rebasing: b[0..<third]), UnsafeRawBufferPointer(rebasing: b[third..<2 * third]),
+                                 UnsafeRawBufferPointer(rebasing: b[(2 * third)...])])
+            }
+        case .writeBackThenClose:
+            // 100-byte writes collected in memory, written by close (the flush is the operation).
+            let file = try SecureFile.open(path, flags: O_RDWR, services: services, buffering: .writeBack)
+            for start in stride(from: 0, to: s.count, by: 100) {
+                _ = try data[start..<min(s.count, start + 100)].withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset + start)) }
+            }
+            try file.close()
         }
         SecureFileTesting.transferFaultInjector = nil
         emit("C \(counter.calls)")
@@ -190,30 +212,63 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
     #endif
 }
 
-/// Each shape of docs/FORMAT.md "What a crash can cost". The parent reads this table from
-/// `ACSecureCrashChild shapes` (one line each: name before write|truncate a b).
+/// Each shape of docs/FORMAT.md "What a crash can cost": the file's content before (`before` bytes
+/// of pattern 0), then one operation with `count` bytes of pattern 1 at `offset` (a truncation's
+/// length is its `offset`). The parent reads this table from `ACSecureCrashChild shapes` (one line
+/// each: name before kind offset count).
 struct CrashShape {
-    enum Operation { case write(offset: Int, count: Int), truncate(length: Int) }
+    enum Kind: String {
+        case write, truncate, append, writev
+        case dsyncWrite = "dsync-write", sharedWrite = "shared-write", sharedTruncate = "shared-truncate"
+        /// Reopen with O_TRUNC, then write.
+        case truncatingOpenThenWrite = "trunc-write"
+        /// A write-back handle collects the bytes in 100-byte writes; close writes them.
+        case writeBackThenClose = "writeback"
+    }
     let name: String
     let before: Int
-    let operation: Operation
+    let kind: Kind
+    let offset: Int
+    let count: Int
 
     static let all: [CrashShape] = [
-        CrashShape(name: "append-inside-last-chunk", before: 1000, operation: .write(offset: 1000, count: 2000)),
-        CrashShape(name: "append-filling-last-chunk", before: 1000, operation: .write(offset: 1000, count: 3096)),
-        CrashShape(name: "chunk-aligned-append", before: 8192, operation: .write(offset: 8192, count: 4096)),
-        CrashShape(name: "chunk-aligned-small-append", before: 8192, operation: .write(offset: 8192, count: 100)),
-        CrashShape(name: "multi-chunk-append", before: 1000, operation: .write(offset: 1000, count: 10000)),
-        CrashShape(name: "grow-by-ftruncate", before: 1000, operation: .truncate(length: 10000)),
-        CrashShape(name: "write-past-eof-hole", before: 1000, operation: .write(offset: 9000, count: 3000)),
-        CrashShape(name: "overwrite-across-end", before: 5000, operation: .write(offset: 3000, count: 4000)),
-        CrashShape(name: "shrink-inside-middle-chunk", before: 10000, operation: .truncate(length: 5000)),
-        CrashShape(name: "shrink-at-chunk-boundary", before: 10000, operation: .truncate(length: 4096)),
-        CrashShape(name: "shrink-inside-last-chunk", before: 10000, operation: .truncate(length: 9000)),
-        CrashShape(name: "shrink-to-zero", before: 10000, operation: .truncate(length: 0)),
+        CrashShape("append-inside-last-chunk", 1000, .write, 1000, 2000),
+        CrashShape("append-filling-last-chunk", 1000, .write, 1000, 3096),
+        CrashShape("chunk-aligned-append", 8192, .write, 8192, 4096),
+        CrashShape("chunk-aligned-small-append", 8192, .write, 8192, 100),
+        CrashShape("chunk-aligned-multi-chunk-append", 12288, .write, 12288, 5000),
+        CrashShape("multi-chunk-append", 1000, .write, 1000, 10000),
+        CrashShape("multi-batch-append", 4096, .write, 4096, 1_200_000),
+        CrashShape("append-to-empty", 0, .write, 0, 9000),
+        CrashShape("grow-by-ftruncate", 1000, .truncate, 10000, 0),
+        CrashShape("grow-aligned-by-ftruncate", 12288, .truncate, 20000, 0),
+        CrashShape("grow-empty-by-ftruncate", 0, .truncate, 10000, 0),
+        CrashShape("write-past-eof-hole", 1000, .write, 9000, 3000),
+        CrashShape("write-past-aligned-eof-hole", 8192, .write, 20000, 100),
+        CrashShape("overwrite-across-end", 5000, .write, 3000, 4000),
+        CrashShape("overwrite-across-aligned-end", 8192, .write, 6000, 8000),
+        CrashShape("overwrite-inside", 20000, .write, 3000, 9000),
+        CrashShape("shrink-inside-middle-chunk", 10000, .truncate, 5000, 0),
+        CrashShape("shrink-at-chunk-boundary", 10000, .truncate, 4096, 0),
+        CrashShape("shrink-aligned-from-large", 50000, .truncate, 12288, 0),
+        CrashShape("shrink-inside-last-chunk", 10000, .truncate, 9000, 0),
+        CrashShape("shrink-to-zero", 10000, .truncate, 0, 0),
+        CrashShape("shrink-to-zero-large", 1_300_000, .truncate, 0, 0),
+        CrashShape("o-trunc-then-write", 65536, .truncatingOpenThenWrite, 0, 6000),
+        CrashShape("o-trunc-large-then-write", 1_300_000, .truncatingOpenThenWrite, 0, 100),
+        CrashShape("o-append-aligned", 12288, .append, 12288, 5000),
+        CrashShape("o-append-inside", 1000, .append, 1000, 100),
+        CrashShape("writev-aligned", 8192, .writev, 8192, 9000),
+        CrashShape("o-dsync-aligned-append", 8192, .dsyncWrite, 8192, 9000),
+        CrashShape("coordinated-aligned-append", 8192, .sharedWrite, 8192, 9000),
+        CrashShape("coordinated-shrink", 50000, .sharedTruncate, 12288, 0),
+        CrashShape("writeback-into-empty", 0, .writeBackThenClose, 0, 10000),
+        CrashShape("writeback-aligned-append", 8192, .writeBackThenClose, 8192, 20000),
     ]
 
-    init(name: String, before: Int, operation: Operation) { self.name = name; self.before = before; self.operation = operation }
+    init(_ name: String, _ before: Int, _ kind: Kind, _ offset: Int, _ count: Int) {
+        (self.name, self.before, self.kind, self.offset, self.count) = (name, before, kind, offset, count)
+    }
     init?(name: String) {
         guard let s = Self.all.first(where: { $0.name == name }) else { return nil }
         self = s

@@ -14,10 +14,11 @@ final class FormatVectorTests: XCTestCase {
     /// The published KEK of the vectors (never a real key).
     static let kekHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
     static let sizes: [(name: String, size: Int)] = [("empty", 0), ("one-byte", 1), ("one-chunk", 4096), ("chunk-plus-one", 4097), ("multi-chunk", 10_000)]
-    /// Version 2 vectors (the current format) at the top, the version 1 vectors (written before
-    /// version 2 existed, never regenerated) in `v1/`: both must keep decoding.
+    /// Version 3 vectors (the current format) at the top, the version 2 and version 1 vectors
+    /// (written before version 3 and 2 existed, never regenerated) in `v2/` and `v1/`: all must keep
+    /// decoding.
     static let vectors: [(name: String, size: Int, version: Int)] =
-        sizes.map { ($0.name, $0.size, 2) } + sizes.map { ("v1/" + $0.name, $0.size, 1) }
+        sizes.map { ($0.name, $0.size, 3) } + sizes.map { ("v2/" + $0.name, $0.size, 2) } + sizes.map { ("v1/" + $0.name, $0.size, 1) }
 
     static var directory: String {
         let file = "\(#filePath)"
@@ -37,7 +38,7 @@ final class FormatVectorTests: XCTestCase {
     }
 
     /// Tests/ACSecureVectorWriter (which regenerates the committed vectors) writes files that mean
-    /// what the committed ones mean: same names and sizes, format version 2, the published plaintext
+    /// what the committed ones mean: same names and sizes, format version 3, the published plaintext
     /// under the published KEK, and a `multi-chunk` whose chunks name three selectors.
     func testVectorWriterWritesWhatTheCommittedVectorsHold() throws {
         guard let writer = ChildProcess.builtExecutable("ACSecureVectorWriter") else {
@@ -53,7 +54,7 @@ final class FormatVectorTests: XCTestCase {
             XCTAssertEqual(written.count, committed.count, v.name)
             XCTAssertNotEqual(written, committed, "\(v.name): fresh nonces, so fresh bytes")
             XCTAssertEqual(try IndependentDecoder.decrypt(written, kek: Self.kek()), Self.plaintext(v.size), v.name)
-            XCTAssertEqual(try SecureFileSystem.info(out.path(v.name + ".acsf")).formatVersion, 2, v.name)
+            XCTAssertEqual(try SecureFileSystem.info(out.path(v.name + ".acsf")).formatVersion, 3, v.name)
         }
         let multi = readWholeFile(out.path("multi-chunk.acsf"))
         XCTAssertEqual(Set((0..<3).map { Array(multi[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }).count, 3)
@@ -69,18 +70,44 @@ final class FormatVectorTests: XCTestCase {
         }
     }
 
-    /// The v2 `multi-chunk` vector was written in three opens: its chunks name three different
-    /// selectors, so a decoder that derived one key per file would fail it.
+    /// The v3 and v2 `multi-chunk` vectors were written in three opens: their chunks name three
+    /// different selectors, so a decoder that derived one key per file would fail them.
     func testMultiChunkVectorUsesSeveralSelectors() throws {
-        let bytes = readWholeFile(Self.directory + "/multi-chunk.acsf")
-        let selectors = (0..<3).map { Array(bytes[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }
-        XCTAssertEqual(Set(selectors).count, 3)
+        for name in ["multi-chunk", "v2/multi-chunk"] {
+            let bytes = readWholeFile(Self.directory + "/\(name).acsf")
+            let selectors = (0..<3).map { Array(bytes[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }
+            XCTAssertEqual(Set(selectors).count, 3, name)
+        }
+    }
+
+    /// A version 2 file stays version 2 when a change needs no pending-end record (an overwrite, a
+    /// one-chunk append), and becomes version 3 — its header rewritten, its chunks as they were —
+    /// at its first change that does (an append of several chunks from a chunk-aligned end).
+    func testVersion2FilesBecomeVersion3AtTheirFirstChangeThatRecordsAPendingEnd() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v2.acsf")
+        writeWholeFile(path, readWholeFile(Self.directory + "/v2/one-chunk.acsf"))
+        let services = FixedKeyProvider(kek: try Self.kek())
+        var expected = Self.plaintext(4096)
+        let f = try SecureFile.open(path, flags: O_RDWR, services: services)
+        try f.pwrite([1, 2, 3], at: 100)
+        expected.replaceSubrange(100..<103, with: [1, 2, 3])
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 2)
+        let chunks = (0..<9000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        try f.pwrite(chunks, at: 4096)
+        expected += chunks
+        try f.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 3)
+        XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), expected)
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: services)
+        XCTAssertEqual(try g.readAll(), expected)
+        try g.close()
     }
 
     /// A version 1 file keeps its version when it is modified (its chunks stay sealed under the
-    /// data key, as its format says), and becomes a version 2 file only when it is emptied (a new
+    /// data key, as its format says), and becomes a current-version file only when it is emptied (a new
     /// generation with a new file ID and data key).
-    func testVersion1FilesStayVersion1WhenModifiedAndBecomeVersion2WhenEmptied() throws {
+    func testVersion1FilesStayVersion1WhenModifiedAndBecomeCurrentWhenEmptied() throws {
         let env = try TestEnvironment()
         let path = env.path("v1.acsf")
         writeWholeFile(path, readWholeFile(Self.directory + "/v1/multi-chunk.acsf"))
@@ -97,21 +124,21 @@ final class FormatVectorTests: XCTestCase {
         let g = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services)
         try g.pwrite([9, 9], at: 0)
         try g.close()
-        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 2)
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, FileLayout.currentVersion)
         XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), [9, 9])
     }
 
     /// A version this build does not know fails with a clear version error.
     func testUnknownVersionIsRefusedByName() throws {
         let env = try TestEnvironment()
-        let path = env.path("v3.acsf")
+        let path = env.path("v4.acsf")
         var bytes = readWholeFile(Self.directory + "/one-byte.acsf")
-        bytes[5] = 3
+        bytes[5] = 4
         writeWholeFile(path, bytes)
         XCTAssertThrowsError(try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: Self.kek()))) { error in
             let e = error as? SecureFileError
             XCTAssertEqual(e?.code, .badKeyOrCorruptData)
-            XCTAssertTrue(e?.message.contains("unsupported secure file version 3") ?? false, "\(String(describing: e))")
+            XCTAssertTrue(e?.message.contains("unsupported secure file version 4") ?? false, "\(String(describing: e))")
         }
     }
 
@@ -138,12 +165,26 @@ final class FormatVectorTests: XCTestCase {
     }
 
     func testIndependentDecoderRejectsEverySingleBitFlipOfASmallVector() throws {
-        for name in ["one-byte", "v1/one-byte"] {
+        for name in ["one-byte", "v2/one-byte", "v1/one-byte"] {
         let bytes = readWholeFile(Self.directory + "/\(name).acsf")
         let kek = try Self.kek()
+        let plaintext = try IndependentDecoder.decrypt(bytes, kek: kek)
         for bit in 0..<(bytes.count * 8) {
             var b = bytes
             b[bit / 8] ^= 1 << (bit % 8)
+            // The pending-end record (version 3, bytes 108..<128) is a hint, not authenticated: a
+            // flip that keeps it well-formed must change nothing read (docs/FORMAT.md "Pending end").
+            if !name.hasPrefix("v"), (108..<128).contains(bit / 8), let decoded = try? IndependentDecoder.decrypt(b, kek: kek) {
+                XCTAssertEqual(decoded, plaintext, "\(name): bit \(bit) (pending-end record)")
+                // The engine agrees.
+                let env = try TestEnvironment()
+                writeWholeFile(env.path("flipped"), b)
+                let f = try SecureFile.open(env.path("flipped"), flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
+                XCTAssertEqual(try f.readAll(), plaintext, "\(name): bit \(bit), through the engine")
+                XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0)
+                try f.close()
+                continue
+            }
             XCTAssertThrowsError(try IndependentDecoder.decrypt(b, kek: kek), "\(name): bit \(bit)")
         }
         }
@@ -171,17 +212,29 @@ enum IndependentDecoder {
     static func decrypt(_ file: [UInt8], kek: KeyEncryptionKey) throws -> [UInt8] { try decrypt(file, key: kek.key) }
 
     /// `keyClass`, when given, is the class of `key` (1 app, 2 group, 3 crypto block): the header must name it.
-    static func decrypt(_ file: [UInt8], key kek: SecureBytes, keyClass: UInt8? = nil) throws -> [UInt8] {
+    static func decrypt(_ file: [UInt8], key kek: SecureBytes, keyClass: UInt8? = nil, ignoringPendingEnd: Bool = false) throws -> [UInt8] {
         guard file.count >= 128 else { throw Invalid(why: "short") }
         let h = Array(file[0..<128])
         let version = u16(h, 4)
-        guard h[0..<4].elementsEqual("ACSF".utf8), version == 1 || version == 2, u16(h, 6) == 128 else { throw Invalid(why: "header") }
-        // Version 2: a 4-byte key selector before every chunk's and the trailer's nonce.
-        let sel = version == 2 ? 4 : 0
+        guard h[0..<4].elementsEqual("ACSF".utf8), (1...3).contains(version), u16(h, 6) == 128 else { throw Invalid(why: "header") }
+        // From version 2: a 4-byte key selector before every chunk's and the trailer's nonce.
+        let sel = version >= 2 ? 4 : 0
         let overhead = sel + 12 + 16
         guard file.count >= 128 + overhead else { throw Invalid(why: "short") }
         let shift = Int(h[8])
-        guard (9...20).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }), h[108..<128].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        guard (9...20).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        // Bytes 108..<128: zero, or in version 3 a pending-end record (kind 1, then a u64 size at 112).
+        // Kind 0 is no record (its other bytes are not read); kind 1 has zero reserved bytes.
+        var pendingEnd: Int?
+        if version >= 3 {
+            guard h[108] <= 1, h[108] == 0 || (h[109..<112].allSatisfy({ $0 == 0 }) && h[120..<128].allSatisfy({ $0 == 0 })) else {
+                throw Invalid(why: "pending-end record")
+            }
+            let size = h[112..<120].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            if h[108] == 1, size <= 1 << 44 { pendingEnd = Int(size) }
+        } else if !h[108..<128].allSatisfy({ $0 == 0 }) {
+            throw Invalid(why: "fields")
+        }
         guard keyClass == nil || keyClass == h[9] else { throw Invalid(why: "key class \(h[9])") }
         let fileID = Array(h[16..<32])
         let fingerprint = try HKDF.sha256(key: kek, salt: "ACSF v1", info: "key fingerprint", outputCount: 16)
@@ -200,6 +253,14 @@ enum IndependentDecoder {
         }
 
         let chunk = 1 << shift, physical = chunk + overhead
+        // A pending end whose trailer authenticates at its place, with bytes after it, is the end.
+        if let x = pendingEnd, !ignoringPendingEnd {
+            let n = x == 0 ? 0 : (x - 1) / chunk + 1
+            let end = 128 + x + n * overhead + overhead
+            if end < file.count, (try? decrypt(Array(file[0..<end]), key: kek, keyClass: keyClass, ignoringPendingEnd: true)) != nil {
+                return try decrypt(Array(file[0..<end]), key: kek, keyClass: keyClass, ignoringPendingEnd: true)
+            }
+        }
         let body = file.count - 128 - overhead
         let full = body / physical, rem = body % physical
         guard rem == 0 || rem > overhead else { throw Invalid(why: "length") }

@@ -83,12 +83,47 @@ final class ReservedHeaderFieldTests: XCTestCase {
         }
     }
 
-    /// Bytes 108..<128 are outside the wrap's AAD: only the parser protects them.
-    func testNonZeroReservedBytes108To128AreRejected() throws {
+    /// Bytes 108..<128 are outside the wrap's AAD: in version 3 they are the pending-end record, a
+    /// hint the parser bounds. A kind other than 0 and 1, or a non-zero reserved byte of a record,
+    /// is refused; the size bytes of kind 0 (a cleared record) are not read; a record whose size is
+    /// no end of this file changes nothing read (docs/FORMAT.md "Pending end").
+    func testPendingEndRecordIsParsedDefensively() throws {
+        let env = try TestEnvironment()
+        for (position, value) in [(108, UInt8(2)), (108, 0xFF), (109, 1), (111, 1), (120, 1), (127, 1)] {
+            let (path, header, _, _) = try makeFile(env, "tail-\(position)-\(value)")
+            var bytes = header.encoded()
+            bytes[108] = 1
+            bytes[position] = value
+            replaceHeader(path, with: bytes)
+            assertRejected(path, "pending-end record", env)
+        }
+        for (name, record) in [("cleared with a size", [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x30, 0] + [UInt8](repeating: 0, count: 8)),
+                               ("a size that is no end", [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0] + [UInt8](repeating: 0, count: 8)),
+                               ("past the size limit", [1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8))] {
+            let (path, header, _, _) = try makeFile(env, "record-\(name)")
+            var bytes = header.encoded()
+            bytes.replaceSubrange(108..<128, with: record)
+            replaceHeader(path, with: bytes)
+            let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try f.readAll(), plaintext, name)
+            XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0, name)
+            try f.close()
+        }
+    }
+
+    /// Versions 1 and 2 have no record: bytes 108..<128 are reserved, zero, and only the parser protects them.
+    func testNonZeroReservedBytes108To128AreRejectedInVersion2() throws {
         let env = try TestEnvironment()
         for position in [108, 117, 127] {
-            let (path, header, _, _) = try makeFile(env, "tail-\(position)")
+            let (path, header, _, _) = try makeFile(env, "tail-v2-\(position)")
             var bytes = header.encoded()
+            bytes[5] = 2  // outside nothing: the version is in the wrap's AAD, so re-wrap as version 2
+            var v2 = header
+            v2.layout = FileLayout(chunkShift: header.layout.chunkShift, version: 2)
+            let kek = try env.services.keyEncryptionKey(for: .app)
+            let dataKey = try XCTUnwrap(try header.unwrap(with: kek))
+            try v2.wrap(dataKey: dataKey, under: kek)
+            bytes = v2.encoded()
             bytes[position] = 1
             replaceHeader(path, with: bytes)
             assertRejected(path, "reserved", env)
