@@ -38,6 +38,9 @@ if args.count == 2, args[1] == "shapes" {
     for s in CrashShape.all { emit("\(s.name) \(s.before) \(s.kind.rawValue) \(s.offset) \(s.count)") }
     exit(0)
 }
+if args.count == 6, args[1] == "hold-append" {
+    runHeldAppend(store: args[2], path: args[3], holdBeforePwrite: Int(args[4]) ?? 0, record: Int(args[5]) ?? 0)
+}
 if args.count == 5, args[1] == "writeback-exit" {
     // Write-back buffering: a normal exit() without close writes the buffered bytes.
     do {
@@ -137,6 +140,44 @@ do {
 } catch {
     emit("E \(error)")
     exit(1)
+}
+
+/// Held mode (`MultiProcessStaleEndTests`): appends one 100-byte record (pattern `record`) through a
+/// coordinated O_APPEND handle, and stops right before the operation's `pwrite` number
+/// <holdBeforePwrite> (1-based): prints "H" and waits for a byte on standard input, as a preempted
+/// writer or a slow disk would hold it between the two writes of a change. Prints "A" when the
+/// append returned, then exits.
+///     ACSecureCrashChild hold-append <store> <file> <holdBeforePwrite> <record>
+func runHeldAppend(store: String, path: String, holdBeforePwrite: Int, record: Int) -> Never {
+    #if ACSECURE_SYSCALL_MOCKING
+    do {
+        let services = try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum)
+        let file = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: services, sharing: .processes)
+        final class Counter: @unchecked Sendable { var pwrites = 0 }
+        let counter = Counter()
+        SecureFileTesting.transferFaultInjector = { call, _, _ in
+            guard call == .pwrite else { return nil }
+            counter.pwrites += 1
+            if counter.pwrites == holdBeforePwrite {
+                emit("H")
+                var byte: UInt8 = 0
+                _ = Glibc.read(0, &byte, 1)
+            }
+            return nil
+        }
+        _ = try (0..<100).map { pattern(record, $0) }.withUnsafeBytes { try file.write($0) }
+        SecureFileTesting.transferFaultInjector = nil
+        try file.close()
+        emit("A \(counter.pwrites)")
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+    #else
+    emit("E held appends need a build with ACSECURE_SYSCALL_MOCKING (debug)")
+    exit(2)
+    #endif
 }
 
 /// The write shapes of the crash tests: the file's content before, and the operation.
