@@ -27,6 +27,7 @@ enum OpenFiles {
         var path: String
         var fd: Int32
         var writable: Bool
+        /// This open created the file (it is new, and empty).
         var create: Bool
         var truncate: Bool
         var coordinated: Bool
@@ -204,10 +205,12 @@ enum OpenFiles {
             if r.truncate { try shared.truncate(to: 0) }
         case .failure(let why):
             if physical == 0 {
-                // Only a creating or truncating open may take a 0-byte file as a new secure file
-                // (it writes the header now); otherwise an empty file is a cut secure file, or not one.
+                // Only the open that created the file, or an O_TRUNC open (which empties on purpose),
+                // may take a 0-byte file as a new secure file (it writes the header now); otherwise an
+                // empty file is a cut secure file, or not one — also for O_CREAT: a creating open
+                // must not launder a cut (the engine never leaves a 0-byte file of its own).
                 guard r.create || r.truncate else {
-                    throw .ace(.badKeyOrCorruptData, "\(r.path): the file is empty, not a secure file (cut to 0 bytes, or its creation was interrupted)")
+                    throw .ace(.badKeyOrCorruptData, "\(r.path): the file is empty, not a secure file (cut to 0 bytes, or its creation was interrupted); open it with O_TRUNC to start it anew")
                 }
                 if r.writable { try shared.ensureKeys(); try shared.initializeIfNeeded() }
             } else if r.truncate, why == .notASecureFile || why == .tooShort {

@@ -41,6 +41,22 @@ extension SecureFile {
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
                             readCache: ReadCache = .off) throws(SecureFileError) -> SecureFile {
+        try open(path, flags: flags, mode: mode, key: key, services: services, sharing: sharing, buffering: buffering,
+                 readCache: readCache, adoptingEmptyFile: false)
+    }
+
+    /// `open`, for the Foundation layer's writing handles (`ACFileHandle(forWritingAtPath:)`): a
+    /// file that is 0 bytes long when the engine reads it is taken as a new secure file (its header
+    /// written), as the reference's examples create a file with `FileManager.createFile` and then
+    /// open it for writing. No other open does that: a 0-byte file is otherwise a cut secure file.
+    package static func openAdoptingEmptyFile(_ path: String, flags: Int32, key: KeySelection) throws(SecureFileError) -> SecureFile {
+        try open(path, flags: flags, mode: 0o666, key: key, services: nil, sharing: .environmentDefault,
+                 buffering: .environmentDefault, readCache: .off, adoptingEmptyFile: true)
+    }
+
+    private static func open(_ path: String, flags: Int32, mode: mode_t, key: KeySelection, services: (any KeyProvider)?,
+                             sharing: Sharing, buffering: Buffering, readCache: ReadCache,
+                             adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_SYNC | O_DSYNC
             | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
@@ -61,24 +77,10 @@ extension SecureFile {
         // descriptor for the engine gives the same permission check.
         let truncate = flags & O_TRUNC != 0
         var kernelFlags = (accessMode == O_RDONLY && !truncate ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK
-        kernelFlags |= flags & (O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY)
-        var fd: Int32
-        var kernelWritable = kernelFlags & O_ACCMODE == O_RDWR
-        // A read-only creating open must still write the header of the file it creates: it asks
-        // for a writable descriptor, and falls back to read-only where writing is not allowed.
-        var attempt = Sys.open(path, kernelFlags & O_ACCMODE == O_RDONLY && flags & O_CREAT != 0 ? kernelFlags & ~O_ACCMODE | O_RDWR : kernelFlags, mode)
-        if case .failure(let e) = attempt, kernelFlags & O_ACCMODE == O_RDONLY, flags & O_CREAT != 0,
-           [EACCES, EROFS, ETXTBSY, EPERM].contains(e.rawValue) {
-            attempt = Sys.open(path, kernelFlags, mode)
-        } else if case .success = attempt, flags & O_CREAT != 0 {
-            kernelWritable = true
-        }
-        switch attempt {
-        case .success(let f): fd = f
-        case .failure(let e):
-            if e.rawValue == EISDIR { throw SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (secure files are regular files only)") }
-            throw .posix(e.rawValue, path)
-        }
+        kernelFlags |= flags & (O_NOFOLLOW | O_NOCTTY)
+        let opened = try openOrCreate(path, kernelFlags: kernelFlags, create: flags & O_CREAT != 0, exclusive: flags & O_EXCL != 0, mode: mode)
+        let fd = opened.fd
+        let kernelWritable = opened.writable
         let st: stat
         do throws(SecureFileError) {
             st = try SecureFileSystem.regularFileStat(fd, path, note: " (secure files are regular files only)")
@@ -95,7 +97,7 @@ extension SecureFile {
         let shared: SharedFile
         do {
             shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
-                                                 writable: kernelWritable, create: flags & O_CREAT != 0,
+                                                 writable: kernelWritable, create: opened.created || adoptingEmptyFile,
                                                  truncate: truncate, coordinated: sharing == .processes,
                                                  readCacheBytes: readCache.bytes, physicalSize: Int64(st.st_size)))
         } catch {
@@ -104,8 +106,93 @@ extension SecureFile {
         }
         // O_SYNC is O_DSYNC plus a bit of its own on Linux.
         let synchronized: Durability? = flags & O_SYNC == O_SYNC ? .full : flags & O_DSYNC != 0 ? .data : nil
-        return SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
-                          buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
+        let file = SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
+                              buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
+        guard opened.unnamed else { return file }
+        // The new file has its header: now it gets its name (and exists for others).
+        switch Sys.linkDescriptor(fd, to: path) {
+        case .success:
+            return file
+        case .failure(let e):
+            do { try file.close() } catch {
+                // An unnamed file vanishes with its last descriptor: nothing of it can be lost.
+            }
+            // Another process created the name meanwhile: open(2) would have opened its file.
+            if e.rawValue == EEXIST, flags & O_EXCL == 0 {
+                return try open(path, flags: flags & ~O_CREAT, mode: mode, key: key, services: services,
+                                sharing: sharing, buffering: buffering, readCache: readCache)
+            }
+            throw .posix(e.rawValue, path)
+        }
+    }
+
+    /// What `openOrCreate` opened: the descriptor, whether it is writable, whether this open
+    /// created the file, and whether it has no name yet.
+    private struct KernelOpen { var fd: Int32; var writable: Bool; var created: Bool; var unnamed: Bool }
+
+    /// The kernel open. Without `create`, `path` as it is. With it, an existing file is opened as it
+    /// is — a 0-byte one is then refused like any other cut secure file, unless O_TRUNC empties it
+    /// on purpose — and a missing one is created as an unnamed file (`O_TMPFILE`) in its directory,
+    /// which `open` gives its header and only then its name (`linkat`): a 0-byte file is never the
+    /// engine's, so a cut to 0 bytes cannot be laundered by a creating open, and of two processes
+    /// creating one name, one links it and the other opens its file. Where unnamed files are not
+    /// supported (`EOPNOTSUPP`, `EISDIR`, `EINVAL`, `ENOSYS`: some file systems, the in-memory
+    /// backend) the file is created by name with `O_EXCL`, as before: a crash before its header then
+    /// leaves a 0-byte file, refused as above.
+    private static func openOrCreate(_ path: String, kernelFlags: Int32, create: Bool, exclusive: Bool,
+                                     mode: mode_t) throws(SecureFileError) -> KernelOpen {
+        func failure(_ e: Errno) -> SecureFileError {
+            if e.rawValue == EISDIR {
+                return SecureFileError(code: .regularFileOnly, errno: EISDIR, message: "\(path): is a directory (secure files are regular files only)")
+            }
+            return .posix(e.rawValue, path)
+        }
+        let writable = kernelFlags & O_ACCMODE == O_RDWR
+        guard create else {
+            switch Sys.open(path, kernelFlags, 0) {
+            case .success(let fd): return KernelOpen(fd: fd, writable: writable, created: false, unnamed: false)
+            case .failure(let e): throw failure(e)
+            }
+        }
+        let readWrite = kernelFlags & ~O_ACCMODE | O_RDWR
+        // Twice at most: a name another process creates between the two steps is opened next time.
+        for _ in 0..<3 {
+            if !exclusive {
+                switch Sys.open(path, kernelFlags, 0) {
+                case .success(let fd): return KernelOpen(fd: fd, writable: writable, created: false, unnamed: false)
+                case .failure(let e) where e.rawValue == ENOENT: break
+                case .failure(let e): throw failure(e)
+                }
+            }
+            switch Sys.open(directory(of: path), Sys.unnamedFileFlag | O_RDWR | O_CLOEXEC, mode) {
+            case .success(let fd):
+                return KernelOpen(fd: fd, writable: true, created: true, unnamed: true)
+            case .failure(let e) where [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(e.rawValue):
+                switch Sys.open(path, readWrite | O_CREAT | O_EXCL, mode) {
+                case .success(let fd): return KernelOpen(fd: fd, writable: true, created: true, unnamed: false)
+                case .failure(let e) where e.rawValue == EEXIST && !exclusive: continue
+                case .failure(let e): throw failure(e)
+                }
+            case .failure(let e):
+                throw failure(e)
+            }
+        }
+        // The name exists but does not open (a symbolic link to a missing file): open(2) creates
+        // the link's target; a 0-byte file this open found there is taken as the one it created.
+        switch Sys.open(path, readWrite | O_CREAT, mode) {
+        case .success(let fd):
+            let empty: Bool
+            if case .success(let st) = Sys.fstat(fd) { empty = st.st_size == 0 } else { empty = false }
+            return KernelOpen(fd: fd, writable: true, created: empty, unnamed: false)
+        case .failure(let e):
+            throw failure(e)
+        }
+    }
+
+    /// The directory a new file of `path` goes in.
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     /// When writes reach the file.

@@ -181,6 +181,8 @@ import ACCrypto
             if path.isEmpty { return .failure(Errno(ENOENT)) }
             if path.hasSuffix("/") { return .failure(Errno(flags & (O_CREAT | O_ACCMODE) != 0 ? EISDIR : ENOENT)) }
             if flags & O_ACCMODE == O_ACCMODE { return .failure(Errno(EINVAL)) }
+            // No unnamed files (O_TMPFILE) here: the engine then creates files by name.
+            if flags & Sys.unnamedFileFlag == Sys.unnamedFileFlag { return .failure(Errno(EOPNOTSUPP)) }
             let inode: Inode
             if let existing = files[path] {
                 if flags & O_CREAT != 0 && flags & O_EXCL != 0 { return .failure(Errno(EEXIST)) }

@@ -63,16 +63,12 @@ public final class ACFileHandle: @unchecked Sendable {
     private static func open(_ path: String, _ flags: Int32, _ group: String?) throws -> SecureFile {
         let key = try SecureFileIO.key(group: group, path: path)
         // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
-        // as the reference's examples do) as a new secure file: it opens it as creating (the file
-        // exists, so nothing new is created). The engine refuses other opens of a 0-byte file.
-        let adoptEmpty: Bool
-        if flags & O_ACCMODE != O_RDONLY, case .success(let st) = Sys.lstat(path) {
-            adoptEmpty = st.st_mode & S_IFMT == S_IFREG && st.st_size == 0
-        } else {
-            adoptEmpty = false
+        // as the reference's examples do) as a new secure file. The engine refuses every other open
+        // of a 0-byte file, a creating one too: it may be a secure file cut to 0 bytes.
+        if flags & O_ACCMODE != O_RDONLY {
+            return try bridgingErrors(path) { try SecureFile.openAdoptingEmptyFile(path, flags: flags | O_CLOEXEC, key: key) }
         }
-        let openFlags = flags | O_CLOEXEC | (adoptEmpty ? O_CREAT : 0)
-        return try bridgingErrors(path) { try SecureFile.open(path, flags: openFlags, key: key) }
+        return try bridgingErrors(path) { try SecureFile.open(path, flags: flags | O_CLOEXEC, key: key) }
     }
 
     deinit {

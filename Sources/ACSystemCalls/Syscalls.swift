@@ -223,6 +223,19 @@ package enum Sys {
         retried(.link, backend: unsupported, kernel: { valueOrErrno(Glibc.link(old, new)).map { _ in () } })
     }
 
+    /// Gives the file open on `fd` (an unnamed `O_TMPFILE` file) the name `path`: `linkat(2)` of
+    /// `/proc/self/fd/<fd>` with `AT_SYMLINK_FOLLOW`, which needs no privilege (`AT_EMPTY_PATH`
+    /// does). Fails with `EEXIST` when `path` exists, as `link(2)`.
+    package static func linkDescriptor(_ fd: Int32, to path: String) -> Result<Void, Errno> {
+        retried(.link, backend: unsupported, kernel: {
+            valueOrErrno(Glibc.linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW)).map { _ in () }
+        })
+    }
+
+    /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`, a macro Swift does not import): an unnamed file in
+    /// the directory given to `open`.
+    package static let unnamedFileFlag: Int32 = 0o20_200_000
+
     package static func unlink(_ path: String) -> Result<Void, Errno> {
         retried(.unlink, backend: { $0.unlink(path) }, kernel: { valueOrErrno(Glibc.unlink(path)).map { _ in () } })
     }

@@ -41,6 +41,26 @@ if args.count == 2, args[1] == "shapes" {
 if args.count == 6, args[1] == "hold-append" {
     runHeldAppend(store: args[2], path: args[3], holdBeforePwrite: Int(args[4]) ?? 0, record: Int(args[5]) ?? 0)
 }
+if args.count == 5, args[1] == "create-append" {
+    // Creation race (CreationRaceTests): prints "R", waits for a byte on standard input, then opens
+    // the file O_RDWR | O_CREAT | O_APPEND in coordinated mode, appends one 100-byte record
+    // (pattern <record>) and closes it. Prints "A" when done.
+    do {
+        let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
+        let record = Int(args[4]) ?? 0
+        emit("R")
+        var byte: UInt8 = 0
+        _ = Glibc.read(0, &byte, 1)
+        let file = try SecureFile.open(args[3], flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: services, sharing: .processes)
+        _ = try (0..<100).map { pattern(record, $0) }.withUnsafeBytes { try file.write($0) }
+        try file.close()
+        emit("A")
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+}
 if args.count == 5, args[1] == "writeback-exit" {
     // Write-back buffering: a normal exit() without close writes the buffered bytes.
     do {
@@ -186,9 +206,13 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
     do {
         let services = try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum)
         guard let s = CrashShape(name: shape) else { emit("E unknown shape \(shape)"); _exit(2) }
-        let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
-        if s.before > 0 { _ = try (0..<s.before).map { pattern(0, $0) }.withUnsafeBytes { try setup.pwrite($0, at: 0) } }
-        try setup.close()
+        if s.kind == .createThenWrite {
+            unlink(path)
+        } else {
+            let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
+            if s.before > 0 { _ = try (0..<s.before).map { pattern(0, $0) }.withUnsafeBytes { try setup.pwrite($0, at: 0) } }
+            try setup.close()
+        }
         final class Counter: @unchecked Sendable { var calls = 0; var killNext = false }
         let counter = Counter()
         // Every system call from the operation's open on is a kill point.
@@ -218,8 +242,8 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
             } else {
                 _ = try data.withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset)) }
             }
-        case .truncatingOpenThenWrite:
-            let file = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services)
+        case .truncatingOpenThenWrite, .createThenWrite:
+            let file = try SecureFile.open(path, flags: s.kind == .createThenWrite ? O_RDWR | O_CREAT : O_RDWR | O_TRUNC, mode: 0o600, services: services)
             _ = try data.withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset)) }
         case .append:
             let file = try SecureFile.open(path, flags: O_WRONLY | O_APPEND, services: services)
@@ -263,6 +287,8 @@ struct CrashShape {
         case dsyncWrite = "dsync-write", sharedWrite = "shared-write", sharedTruncate = "shared-truncate"
         /// Reopen with O_TRUNC, then write.
         case truncatingOpenThenWrite = "trunc-write"
+        /// The file does not exist: a creating open, then a write.
+        case createThenWrite = "create-write"
         /// A write-back handle collects the bytes in 100-byte writes; close writes them.
         case writeBackThenClose = "writeback"
     }
@@ -304,6 +330,7 @@ struct CrashShape {
         CrashShape("coordinated-aligned-append", 8192, .sharedWrite, 8192, 9000),
         CrashShape("coordinated-shrink", 50000, .sharedTruncate, 12288, 0),
         CrashShape("writeback-into-empty", 0, .writeBackThenClose, 0, 10000),
+        CrashShape("create-then-write", 0, .createThenWrite, 0, 9000),
         CrashShape("writeback-aligned-append", 8192, .writeBackThenClose, 8192, 20000),
     ]
 

@@ -267,12 +267,14 @@ final class EngineBehaviourTests: XCTestCase {
     func testTruncateByPathAndEmptyFiles() throws {
         let env = try TestEnvironment()
         let path = env.path("t")
-        // A 0-byte file (e.g. from touch) is not a secure file, unless opened to create it.
+        // A 0-byte file (e.g. from touch) is not a secure file — also for a creating open, as a
+        // secure file cut to 0 bytes looks the same — until O_TRUNC empties it on purpose.
         close(open(path, O_CREAT | O_WRONLY, 0o644))
         XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDONLY, services: env.services) }, .badKeyOrCorruptData)
-        let created = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        XCTAssertEqual(aceCode { _ = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services) }, .badKeyOrCorruptData)
+        let created = try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: env.services)
         try created.close()
-        XCTAssertEqual(fileSize(path), 160, "a creating open writes the header and the empty trailer at once")
+        XCTAssertEqual(fileSize(path), 160, "an O_TRUNC open writes the header and the empty trailer at once")
         let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
         XCTAssertEqual(try r.readAll(), [])
         try r.close()

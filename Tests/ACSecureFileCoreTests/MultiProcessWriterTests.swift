@@ -72,9 +72,9 @@ final class MultiProcessWriterTests: XCTestCase {
     func testAReaderOfAnEmptyFileSeesTheFirstWriteOfAnotherProcess() throws {
         let env = try TestEnvironment(appID: "com.example.multiwriter")
         let path = env.path("late")
-        close(open(path, O_CREAT | O_WRONLY, 0o644))
-        // A read-only creating open of a 0-byte file cannot write the header: it reads as empty.
+        // A read-only creating open of a missing file creates it (with its header): it reads as empty.
         let reader = try SecureFile.open(path, flags: O_RDONLY | O_CREAT, services: env.services, sharing: .processes)
+        XCTAssertEqual(fileSize(path), 160)
         XCTAssertEqual(try reader.size, 0)
         let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
         let writer = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: other, sharing: .processes)

@@ -273,6 +273,65 @@ final class TamperSuiteTests: XCTestCase {
         XCTAssertEqual(fileSize(path), 0, "a refused open leaves the file as it was")
     }
 
+    /// A secure file cut to 0 bytes, then opened every way a program opens a file: every open that
+    /// does not empty the file on purpose refuses it (a creating open above all: how every log file
+    /// is opened, O_CREAT | O_APPEND, would otherwise turn the cut into a new valid file and nobody
+    /// would ever learn of it). O_TRUNC empties it on purpose and gets a new file.
+    func testACutToZeroBytesIsNotLaunderedByAnyOpen() throws {
+        let path = env.path("cut-then-open")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: env.services)
+        try f.pwrite(randomBytes(5000, &rng), at: 0)
+        try f.close()
+        for (name, flags) in [("O_RDONLY", O_RDONLY), ("O_RDWR", O_RDWR), ("O_WRONLY", O_WRONLY), ("O_RDWR | O_CREAT", O_RDWR | O_CREAT),
+                              ("O_RDWR | O_CREAT | O_APPEND", O_RDWR | O_CREAT | O_APPEND), ("O_WRONLY | O_CREAT | O_APPEND", O_WRONLY | O_CREAT | O_APPEND),
+                              ("O_RDONLY | O_CREAT", O_RDONLY | O_CREAT)] {
+            writeWholeFile(path, [])
+            do {
+                let g = try SecureFile.open(path, flags: flags, mode: 0o600, services: env.services)
+                try? g.close()
+                XCTFail("\(name): a secure file cut to 0 bytes opened")
+            } catch {
+                XCTAssertEqual(error.code, .badKeyOrCorruptData, "\(name): \(error)")
+                XCTAssertEqual(error.errno, EIO, "\(name): \(error)")
+                XCTAssertTrue(error.message.contains(path) && error.message.contains("O_TRUNC"), "\(name): \(error.message)")
+            }
+            XCTAssertEqual(fileSize(path), 0, "\(name): a refused open leaves the file as it was")
+        }
+        for (name, flags) in [("O_RDWR | O_TRUNC", O_RDWR | O_TRUNC), ("O_WRONLY | O_CREAT | O_TRUNC", O_WRONLY | O_CREAT | O_TRUNC)] {
+            writeWholeFile(path, [])
+            let g = try SecureFile.open(path, flags: flags, mode: 0o600, services: env.services)
+            XCTAssertEqual(try g.size, 0, name)
+            try g.close()
+            XCTAssertEqual(fileSize(path), 160, "\(name): a new secure file, header and empty trailer")
+        }
+    }
+
+    /// A creating open of a missing file never leaves a 0-byte file: the file appears under its name
+    /// with its header (an unnamed O_TMPFILE file, linked once written), so between the kernel's
+    /// create and the header no other opener can see it empty.
+    func testACreatedFileAppearsWithItsHeader() throws {
+        let path = env.path("appears-whole")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, mode: 0o640, services: env.services)
+        XCTAssertEqual(fileSize(path), 160)
+        var st = stat()
+        XCTAssertEqual(lstat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o640 & ~currentUmask())
+        XCTAssertEqual(try f.stat().st_ino, st.st_ino, "the handle is the named file's")
+        try f.pwrite([1, 2, 3], at: 0)
+        try f.close()
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, services: env.services) }, EEXIST)
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try g.readAll(), [1, 2, 3])
+        try g.close()
+        XCTAssertEqual(errnoOf { _ = try SecureFile.open(env.path("no-such-dir/x"), flags: O_RDWR | O_CREAT, services: env.services) }, ENOENT)
+    }
+
+    func currentUmask() -> mode_t {
+        let m = umask(0o022)
+        umask(m)
+        return m
+    }
+
     /// Issue 15 #3: emptying a file (O_TRUNC, ftruncate to 0, in this process or through another
     /// handle) starts a new file ID and data key, so a chunk of the old contents spliced into the
     /// rewritten file at its own position fails authentication (with one key it verified).

@@ -107,12 +107,19 @@ extern "C" {
  * app's key; use ACSecureFileOpenWithGroupID (ACSecureServices.h) to share a file through an
  * encryption group.
  *
+ * Creation is atomic: a missing file is created unnamed in its directory (O_TMPFILE), given its
+ * header, and only then linked under its name, so the name never shows a 0-byte file and a crash
+ * leaves none. A 0-byte file is therefore never a secure file: every open of one fails with EIO
+ * (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR: a secure file cut to 0 bytes looks like that), with O_CREAT
+ * too; only O_TRUNC, which empties a file on purpose, makes it a new secure file.
+ *
  * Returns a descriptor >= 0, or -1 with errno:
  *   ENOENT, EEXIST, EACCES, ENOTDIR, ELOOP, EMFILE, ENAMETOOLONG, EROFS, ... as open();
  *   EISDIR     the path is a directory;
  *   EINVAL     the path is another non-regular file (FIFO, device, socket), or an unsupported flag;
  *   EACCES     secure services are unavailable (no keys);
- *   EIO        the file is not a secure file, or its header is corrupt or under another key;
+ *   EIO        the file is not a secure file (also a 0-byte file, unless O_TRUNC), or its header
+ *              is corrupt or under another key;
  *   EINVAL     the path is not valid UTF-8; EFAULT when path is NULL.
  * Sets no ACE_* value (there is no descriptor yet).
  */
