@@ -13,6 +13,11 @@ struct ACSecureCommand: ParsableCommand {
             wipes it when it exits. With a passcode, every command asks for it (or reads \
             $ACSECURE_PASSCODE / --passcode-stdin).
 
+            OPTIONS OF EVERY COMMAND (before or after the command name):
+              --app-id ID        the app whose key protects the files
+              --store DIR        the store directory
+              --passcode-stdin   read the passcode from standard input
+
             ENVIRONMENT:
               ACSECURE_APP_ID    app ID (default "default"), like --app-id
               ACSECURE_HOME      store directory, like --store

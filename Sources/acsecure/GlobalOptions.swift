@@ -22,6 +22,31 @@ struct GlobalOptions: ParsableArguments {
         "Read the passcode from the first line of standard input (passwd: old, then new). Otherwise $ACSECURE_PASSCODE, else a prompt on the terminal.")
     var passcodeFromStdin = false
 
+    /// The options above (`--app-id ID`, `--app-id=ID`, `--store DIR`, `--store=DIR`,
+    /// `--passcode-stdin`) given before the command name, as users of git or docker type them
+    /// (`acsecure --app-id ID cat FILE`), moved after it, where each command declares them. Arguments
+    /// from the command name on are left as they are; so is everything when no command name
+    /// follows (argument-parser then reports the usage error).
+    static func movedAfterCommand(_ arguments: [String]) -> [String] {
+        var global: [String] = []
+        var i = 0
+        while i < arguments.count {
+            let a = arguments[i]
+            if a == "--app-id" || a == "--store" {
+                guard i + 1 < arguments.count else { return arguments }
+                global += [a, arguments[i + 1]]
+                i += 2
+            } else if a.hasPrefix("--app-id=") || a.hasPrefix("--store=") || a == "--passcode-stdin" {
+                global.append(a)
+                i += 1
+            } else {
+                break
+            }
+        }
+        guard !global.isEmpty, i < arguments.count, !arguments[i].hasPrefix("-") else { return arguments }
+        return [arguments[i]] + global + arguments[(i + 1)...]
+    }
+
     var appID: String {
         if let appIDOption { return appIDOption }
         if let v = getenv("ACSECURE_APP_ID"), v[0] != 0 { return String(cString: v) }
