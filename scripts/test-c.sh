@@ -55,6 +55,34 @@ build fsync-timing "$root/Benchmarks/c/fsync-timing.c"
 unset LD_LIBRARY_PATH
 
 status=0
+
+# One version, set in one place (scripts/version.sh): the libraries' file names and SONAMEs, both
+# .pc files' Version:, and no RUNPATH into the install prefix (the SQLite libraries use $ORIGIN).
+version="$("$root/scripts/version.sh")"
+major="${version%%.*}"
+lib="$work/prefix/lib"
+soname_of() { readelf -d "$1" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p'; }
+runpath_of() { readelf -d "$1" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\].*/\2/p'; }
+version_bad=""
+for name in ACSecureFile ACSecureSQLite; do
+    [ -f "$lib/lib$name.so.$version" ] || version_bad+=" lib$name.so.$version missing;"
+    [ "$(soname_of "$lib/lib$name.so.$version")" = "lib$name.so.$major" ] || version_bad+=" lib$name SONAME '$(soname_of "$lib/lib$name.so.$version")';"
+    [ "$(readlink "$lib/lib$name.so.$major")" = "lib$name.so.$version" ] || version_bad+=" lib$name.so.$major link;"
+    [ "$(readlink "$lib/lib$name.so")" = "lib$name.so.$major" ] || version_bad+=" lib$name.so link;"
+done
+for pc in acsecurefile acsecuresqlite; do
+    [ "$(pkg-config --modversion "$pc")" = "$version" ] || version_bad+=" $pc.pc Version '$(pkg-config --modversion "$pc")';"
+done
+for so in "$lib/libACSecureSQLite.so.$version" "$lib/libacsecuresqlite_ext.so"; do
+    [ "$(runpath_of "$so")" = '$ORIGIN' ] || version_bad+=" $(basename "$so") RUNPATH '$(runpath_of "$so")';"
+done
+[ -z "$(runpath_of "$lib/libACSecureFile.so.$version")" ] || version_bad+=" libACSecureFile has a RUNPATH;"
+if [ -z "$version_bad" ]; then
+    echo "version: $version everywhere (libraries .so.$version, SONAMEs .so.$major, both .pc files; SQLite RUNPATH \$ORIGIN)"
+else
+    echo "version: FAIL:$version_bad" >&2
+    status=1
+fi
 "$work/ace_codes" "$work/ace" || status=1
 "$work/harden" || status=1
 mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ACSecureFoundation
 
 struct ACSecureCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -28,7 +29,7 @@ struct ACSecureCommand: ParsableCommand {
 
             Shell completion: acsecure --generate-completion-script bash|zsh|fish
             """,
-        version: "1.0.0",
+        version: ACSecureFileKitVersion,  // Sources/ACSecureFoundation/Version.swift
         subcommands: [
             Demo.self,
             Init.self, Status.self, Unlock.self, Lock.self, Passwd.self, Retire.self,

@@ -73,6 +73,8 @@ run 1 "missing argument" verify
 run 0 "bash completion script" --generate-completion-script bash
 expect "completion script defines the function" grep -q "_acsecure" out
 run 0 "encrypt --help" encrypt --help
+run 0 "--version" --version
+expect "--version is the package's one version (scripts/version.sh)" test "$(cat out)" = "$("$root/scripts/version.sh")"
 
 # --- no store yet
 run 3 "status without a store" status
