@@ -12,6 +12,8 @@
 #       Tests/CDifferential/writeback_exit.c (write-back data written by exit() without close),
 #       Tests/CDifferential/fork.c (descriptors inherited across fork: coordinated, handoff, write-back),
 #       Tests/CDifferential/harden.c (ACSecureHardenProcess),
+#       Tests/CDifferential/descriptors.c (kernel descriptors per secure descriptor, EMFILE at the
+#       limit ACSecureFile.h states),
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
@@ -43,6 +45,7 @@ build differential "$root/Tests/CDifferential/differential.c"
 build ace_codes "$root/Tests/CDifferential/ace_codes.c"
 build wrapped "$root/Tests/CDifferential/wrapped.c"
 build harden "$root/Tests/CDifferential/harden.c"
+build descriptors "$root/Tests/CDifferential/descriptors.c"
 build writeback_exit "$root/Tests/CDifferential/writeback_exit.c"
 build fork "$root/Tests/CDifferential/fork.c"
 build securecat "$root/Examples/c/securecat.c"
@@ -85,6 +88,7 @@ else
 fi
 "$work/ace_codes" "$work/ace" || status=1
 "$work/harden" || status=1
+mkdir "$work/descriptors-files" && "$work/descriptors" "$work/descriptors-files" || status=1
 mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1
 "$work/differential" "$seed" "$sequences" "$operations" "$work/differential-files" || status=1
 # Every secure open write-back (the environment switch of unmodified programs): the same results.
