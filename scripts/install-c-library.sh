@@ -41,7 +41,7 @@ if [ $# -ne 1 ]; then
     echo "usage: $0 PREFIX" >&2
     exit 2
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd -P "$(dirname "$0")/.." && pwd)"  # -P: the checkout, also when run through a symbolic link
 mkdir -p "$1"
 prefix="$(cd "$1" && pwd)"
 scratch="${SWIFT_SCRATCH_PATH:-$root/.build}"
