@@ -2,7 +2,8 @@
 # The README as a newcomer follows it: its commands and code run as written, from a directory laid
 # out like the checkout (symbolic links to scripts/, Examples/ and the build directory), with HOME a
 # fresh temporary directory (so "$HOME/.local" and the default store ~/.local/share/acsecure are new).
-#   - the Debian packages the README lists are the ones scripts/install-deps.sh installs;
+#   - the Debian packages the README lists are the ones scripts/install-deps.sh installs, and the
+#     version it names is scripts/version.sh's;
 #   - the first block: run-demo.sh runs; the test command is what .ci/run runs;
 #   - "Using it from C": the install block, prog.c (the README's C code), the block that runs it and
 #     reads notes.acsf back with securecat and the CLI, and the SQLite block (the sqlite3 shell reads
@@ -73,6 +74,11 @@ swift build --package-path "$root" --scratch-path "$scratch" --product acsecure 
 listed="$(sed -n '/^these Debian packages are missing: /{s/^these Debian packages are missing: `\([^`]*\)`.*/\1/p}' "$readme")"
 installed="$(sed -n 's/^for pkg in \(.*\); do$/\1/p' "$root/scripts/install-deps.sh")"
 expect "README lists the packages install-deps.sh installs ($installed)" test -n "$listed" -a "$listed" = "$installed"
+
+# --- the version the README names is the package's one version
+version="$("$root/scripts/version.sh")"
+expect "README names the version's file names and SONAME ($version)" bash -c \
+  "grep -qF 'libACSecureFile.so.$version' '$readme' && grep -qF 'libACSecureSQLite.so.$version' '$readme' && grep -qF 'SONAME \`libACSecureFile.so.${version%%.*}\`' '$readme'"
 
 # --- the first block: the demo and the test command
 top="$(block sh "./scripts/run-demo.sh")" || exit 1
