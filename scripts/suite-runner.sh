@@ -18,8 +18,10 @@ suite_heartbeat="${ACSECURE_HEARTBEAT_SECONDS:-20}"
 suite_passed="${suite_passed:-0}"
 suite_total_tests=""
 suite_pid=""
-# A suite still running when the runner exits (an interrupt, an error) is stopped with it.
-trap '[ -z "$suite_pid" ] || kill "$suite_pid" 2>/dev/null' EXIT
+# A suite runs in the background in its own process group (so the runner can print while it runs);
+# one still running when the runner exits (Ctrl-C on the terminal reaches only the runner's group,
+# an error) is stopped with everything it started.
+trap '[ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null' EXIT
 
 # suite_status LOG SECONDS: the heartbeat's text.
 suite_status() {
@@ -44,8 +46,10 @@ run_suite() {
     "$@" 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
   else
-    "$@" >"$log" 2>&1 &
+    set -m  # job control for this one launch: the suite gets a process group of its own
+    "$@" </dev/null >"$log" 2>&1 &
     suite_pid=$!
+    set +m
     local last_beat=$SECONDS
     while kill -0 "$suite_pid" 2>/dev/null; do
       sleep 1

@@ -3,8 +3,8 @@
 # suite starts, a heartbeat at least every ACSECURE_HEARTBEAT_SECONDS (tests done / total, elapsed
 # seconds) as plain lines when the output is not a terminal and as a progress line rewritten in
 # place on a terminal (script(1) gives it one), one line at the end, and a failing suite's log, FAIL
-# line and "suites: N passed, 1 failed" with exit 1. Also: the default interval is at most 30 s,
-# and test.sh runs every suite through it.
+# line and "suites: N passed, 1 failed" with exit 1; an interrupt stops the running suite and its
+# children. Also: the default interval is at most 30 s, and test.sh runs every suite through it.
 #
 #   scripts/test.d/10-suite-runner.sh      (prints "suite-runner: N passed, M failed")
 set -uo pipefail
@@ -60,6 +60,33 @@ if command -v script >/dev/null 2>&1; then
   expect "on a terminal the suite still ends with its ok line" "$work/tty.out" grep -qE '^ok    fake \([0-9]+s\)' <(tr '\r' '\n' <"$work/tty.out" | sed $'s/\033\\[K//g')
 else
   echo "  skip  terminal progress line (no script(1))"
+fi
+
+# --- an interrupt (Ctrl-C: SIGINT to the terminal's foreground process group, here the runner's
+# own process group) stops the running suite and what it started
+cat >"$work/slow.sh" <<EOF
+sleep 60 &
+echo \$! >"$work/slow.pid"
+wait
+EOF
+# Job control for this launch: the runner gets its own process group, and SIGINT is not ignored
+# in it (as it is in a non-interactive shell's background commands).
+set -m
+bash "$(runner "run_suite slow '' bash $work/slow.sh")" >"$work/int.out" 2>&1 &
+session=$!
+set +m
+for _ in $(seq 1 50); do [ -s "$work/slow.pid" ] && break; sleep 0.1; done
+sleep 1.5  # the runner is in its heartbeat loop
+kill -INT -- "-$session" 2>/dev/null
+for _ in $(seq 1 50); do kill -0 "$session" 2>/dev/null || break; sleep 0.1; done
+sleep_pid="$(cat "$work/slow.pid" 2>/dev/null)"
+for _ in $(seq 1 30); do [ -n "$sleep_pid" ] && kill -0 "$sleep_pid" 2>/dev/null || break; sleep 0.1; done
+expect "the runner ends on an interrupt" "$work/int.out" bash -c "! kill -0 $session 2>/dev/null"
+if [ -n "$sleep_pid" ] && kill -0 "$sleep_pid" 2>/dev/null; then
+  fail "an interrupt stops the suite's own children too (pid $sleep_pid still runs)" "$work/int.out"
+  kill "$sleep_pid" 2>/dev/null
+else
+  ok "an interrupt stops the suite's own children too"
 fi
 
 # --- the defaults, and test.sh using the runner
