@@ -317,6 +317,11 @@ expect "options before the command: round trip" cmp -s out plain.txt
 STDIN=<(echo "$ACSECURE_PASSCODE") ACSECURE_PASSCODE= run 0 "--passcode-stdin before the command" --passcode-stdin cat a.acsf
 expect "--passcode-stdin before the command: round trip" cmp -s out plain.txt
 run 1 "an option before the command that is not global is still refused" --force cat a.acsf
+run 1 "--app-id before no command" --app-id other.app
+expect "the error asks for a command after the option" grep -q "name a command after --app-id other.app, e.g. acsecure --app-id other.app cat FILE" err
+run 1 "--store without its value" --store
+expect "the error says --store needs a value" grep -q -- "--store needs a value" err
+run 0 "--app-id before --help" --app-id other.app --help
 run 0 "the top-level help lists the options of every command" --help
 expect "the top-level help says they go before or after the command" help_says "before or after the command name"
 # cat and decrypt - write every chunk that authenticated, in order, before the error (chunk 3 is bad).
