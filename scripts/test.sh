@@ -32,7 +32,8 @@ run_suite build "Compiling|Build complete" check_warnings
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""
-run_suite swift-test "Executed [0-9]+ tests" swift test --skip-build
+# stdbuf: XCTest's lines reach the log as each test ends (not in 4 KiB blocks), so the count is current.
+run_suite swift-test "Executed [0-9]+ tests" stdbuf -oL -eL swift test --skip-build
 for suite in scripts/test.d/*.sh; do
   [ -e "$suite" ] || continue
   run_suite "$(basename "$suite" .sh)" "passed|ok|done|: [0-9]+ passed" bash "$suite"
