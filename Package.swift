@@ -79,6 +79,8 @@ let package = Package(
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
         .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureCrashChild"),
+        // The README's Swift code, verbatim (scripts/test.d/35-readme.sh checks that and runs it).
+        .executableTarget(name: "ACSecureReadmeExample", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureFoundation"], path: "Tests/ACSecureReadmeExample"),
         // Writes the current-version test vectors of docs/test-vectors (FormatVectorTests checks its output).
         .executableTarget(name: "ACSecureVectorWriter", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureVectorWriter"),
     ],

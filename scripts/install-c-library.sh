@@ -6,15 +6,19 @@
 #
 # works. Installs:
 #     PREFIX/include/ACSecureFile/ACSecureFile.h, ACError.h, ACSecureServices.h, ACSecureSharing.h
-#     PREFIX/lib/libACSecureFile.so.1.0.0, and the links libACSecureFile.so.1 (the SONAME) and
+#     PREFIX/lib/libACSecureFile.so.VERSION, and the links libACSecureFile.so.MAJOR (the SONAME) and
 #         libACSecureFile.so (for -lACSecureFile)
 #     PREFIX/lib/pkgconfig/acsecurefile.pc
 # and the encrypted-SQLite VFS "acsecure" (ACSecureSQLite.h), built with cc against the above and the
 # system libsqlite3:
 #     PREFIX/include/ACSecureFile/ACSecureSQLite.h
-#     PREFIX/lib/libACSecureSQLite.so          (cc prog.c $(pkg-config --cflags --libs acsecuresqlite))
-#     PREFIX/lib/libacsecuresqlite_ext.so      (sqlite3 shell: .load PREFIX/lib/libacsecuresqlite_ext)
+#     PREFIX/lib/libACSecureSQLite.so.VERSION, and the links libACSecureSQLite.so.MAJOR (the SONAME)
+#         and libACSecureSQLite.so (cc prog.c $(pkg-config --cflags --libs acsecuresqlite))
+#     PREFIX/lib/libacsecuresqlite_ext.so      (sqlite3 shell: .load PREFIX/lib/libacsecuresqlite_ext,
+#                                               the path `pkg-config --variable=extension acsecuresqlite` prints)
 #     PREFIX/lib/pkgconfig/acsecuresqlite.pc
+# VERSION (MAJOR.MINOR.PATCH) is the package's one version (scripts/version.sh reads it from
+# Sources/ACSecureFoundation/Version.swift, which `acsecure --version` prints); both .pc files say it.
 #
 # The library carries the Swift runtime inside (linked with -static-stdlib): it needs only the
 # system's libcrypto (OpenSSL 3), libsodium, libstdc++ and libc, so a C program runs on a machine
@@ -23,9 +27,11 @@
 # links the release object files of the product itself (swiftc -emit-library -static-stdlib), with
 #   - the version script scripts/libACSecureFile.map: only the functions of the public headers are
 #     exported (checked below against the installed headers),
-#   - SONAME libACSecureFile.so.1.
-# A program finds libACSecureFile.so.1 through the rpath the .pc file adds (-Wl,-rpath,PREFIX/lib),
+#   - SONAME libACSecureFile.so.MAJOR.
+# A program finds libACSecureFile.so.MAJOR through the rpath the .pc file adds (-Wl,-rpath,PREFIX/lib),
 # LD_LIBRARY_PATH, or by installing into a directory ld.so already searches (then run ldconfig).
+# libACSecureSQLite and the extension find it beside themselves (RUNPATH $ORIGIN): the installed lib/
+# directory can be moved or copied whole.
 #
 # usage: scripts/install-c-library.sh PREFIX
 # environment: SWIFT_SCRATCH_PATH  SwiftPM build directory (default .build); CC (default cc)
@@ -35,7 +41,7 @@ if [ $# -ne 1 ]; then
     echo "usage: $0 PREFIX" >&2
     exit 2
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd -P "$(dirname "$0")/.." && pwd)"  # -P: the checkout, also when run through a symbolic link
 mkdir -p "$1"
 prefix="$(cd "$1" && pwd)"
 scratch="${SWIFT_SCRATCH_PATH:-$root/.build}"
@@ -52,8 +58,14 @@ objects="$(dirname "$bindir")/release/ACSecureFile.product/Objects.LinkFileList"
 [ -f "$objects" ] || objects="$bindir/ACSecureFile.product/Objects.LinkFileList"
 [ -f "$objects" ] || { echo "install-c-library: SwiftPM's object list for the product was not found (looked for $objects)" >&2; exit 1; }
 
-soname=libACSecureFile.so.1
-real=libACSecureFile.so.1.0.0
+version="$("$root/scripts/version.sh")"
+major="${version%%.*}"
+soname="libACSecureFile.so.$major"
+real="libACSecureFile.so.$version"
+if ! grep -q "^ACSECUREFILE_$major {" "$root/scripts/libACSecureFile.map"; then
+    echo "install-c-library: scripts/libACSecureFile.map's version node is not ACSECUREFILE_$major (version $version)" >&2
+    exit 1
+fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-install.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "install-c-library: linking $real with the Swift runtime inside (-static-stdlib)" >&2
@@ -84,7 +96,6 @@ install -m 0755 "$work/$real" "$prefix/lib/$real"
 ln -sfn "$real" "$prefix/lib/$soname"
 ln -sfn "$soname" "$prefix/lib/libACSecureFile.so"
 
-version="$(git -C "$root" describe --tags --always 2>/dev/null || echo 0)"
 cat > "$prefix/lib/pkgconfig/acsecurefile.pc" <<PC
 prefix=$prefix
 includedir=\${prefix}/include
@@ -106,10 +117,13 @@ read -r -a sqlite_libs <<<"$(pkg-config --libs sqlite3)"
 vfs_src="$root/Sources/CACSecureSQLite/ACSecureSQLite.c"
 vfs_flags=(-std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -I"$prefix/include" -I"$root/Sources/CACSecureSQLite/include" "${sqlite_cflags[@]}")
 install -m 0644 "$root/Sources/CACSecureSQLite/include/ACSecureFile/ACSecureSQLite.h" "$prefix/include/ACSecureFile/ACSecureSQLite.h"
-echo "install-c-library: building libACSecureSQLite.so and libacsecuresqlite_ext.so" >&2
-"$cc" "${vfs_flags[@]}" "$vfs_src" -L"$prefix/lib" -lACSecureFile -Wl,-rpath,"$prefix/lib" "${sqlite_libs[@]}" \
-    -Wl,-soname,libACSecureSQLite.so -o "$prefix/lib/libACSecureSQLite.so"
-"$cc" "${vfs_flags[@]}" -DACSECURE_SQLITE_EXTENSION "$vfs_src" -L"$prefix/lib" -lACSecureFile -Wl,-rpath,"$prefix/lib" \
+echo "install-c-library: building libACSecureSQLite.so.$version and libacsecuresqlite_ext.so" >&2
+# RUNPATH $ORIGIN: each finds libACSecureFile.so.MAJOR in its own directory, wherever that is.
+"$cc" "${vfs_flags[@]}" "$vfs_src" -L"$prefix/lib" -lACSecureFile '-Wl,-rpath,$ORIGIN' "${sqlite_libs[@]}" \
+    -Wl,-soname,"libACSecureSQLite.so.$major" -o "$prefix/lib/libACSecureSQLite.so.$version"
+ln -sfn "libACSecureSQLite.so.$version" "$prefix/lib/libACSecureSQLite.so.$major"
+ln -sfn "libACSecureSQLite.so.$major" "$prefix/lib/libACSecureSQLite.so"
+"$cc" "${vfs_flags[@]}" -DACSECURE_SQLITE_EXTENSION "$vfs_src" -L"$prefix/lib" -lACSecureFile '-Wl,-rpath,$ORIGIN' \
     -o "$prefix/lib/libacsecuresqlite_ext.so"
 cat > "$prefix/lib/pkgconfig/acsecuresqlite.pc" <<PC
 prefix=$prefix
@@ -125,4 +139,4 @@ Cflags: -I\${includedir}
 Libs: -L\${libdir} -lACSecureSQLite -Wl,-rpath,\${libdir}
 PC
 
-echo "install-c-library: installed into $prefix ($(wc -l <"$work/exported") exported functions, $(stat -c %s "$prefix/lib/$real") bytes)" >&2
+echo "install-c-library: installed version $version into $prefix ($(wc -l <"$work/exported") exported functions, $(stat -c %s "$prefix/lib/$real") bytes)" >&2

@@ -7,7 +7,7 @@
 #   scripts/run-demo.sh [DEMO OPTIONS]     e.g. --keep, --size 10000000 (see: acsecure demo --help)
 # environment: SWIFT_SCRATCH_PATH  SwiftPM build directory (default .build)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd -P "$(dirname "$0")/.." && pwd)"  # -P: the checkout, also when run through a symbolic link
 scratch="${SWIFT_SCRATCH_PATH:-$root/.build}"
 
 "$root/scripts/install-deps.sh"

@@ -12,6 +12,8 @@
 #       Tests/CDifferential/writeback_exit.c (write-back data written by exit() without close),
 #       Tests/CDifferential/fork.c (descriptors inherited across fork: coordinated, handoff, write-back),
 #       Tests/CDifferential/harden.c (ACSecureHardenProcess),
+#       Tests/CDifferential/descriptors.c (kernel descriptors per secure descriptor, EMFILE at the
+#       limit ACSecureFile.h states),
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
@@ -43,6 +45,7 @@ build differential "$root/Tests/CDifferential/differential.c"
 build ace_codes "$root/Tests/CDifferential/ace_codes.c"
 build wrapped "$root/Tests/CDifferential/wrapped.c"
 build harden "$root/Tests/CDifferential/harden.c"
+build descriptors "$root/Tests/CDifferential/descriptors.c"
 build writeback_exit "$root/Tests/CDifferential/writeback_exit.c"
 build fork "$root/Tests/CDifferential/fork.c"
 build securecat "$root/Examples/c/securecat.c"
@@ -55,8 +58,37 @@ build fsync-timing "$root/Benchmarks/c/fsync-timing.c"
 unset LD_LIBRARY_PATH
 
 status=0
+
+# One version, set in one place (scripts/version.sh): the libraries' file names and SONAMEs, both
+# .pc files' Version:, and no RUNPATH into the install prefix (the SQLite libraries use $ORIGIN).
+version="$("$root/scripts/version.sh")"
+major="${version%%.*}"
+lib="$work/prefix/lib"
+soname_of() { readelf -d "$1" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p'; }
+runpath_of() { readelf -d "$1" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\].*/\2/p'; }
+version_bad=""
+for name in ACSecureFile ACSecureSQLite; do
+    [ -f "$lib/lib$name.so.$version" ] || version_bad+=" lib$name.so.$version missing;"
+    [ "$(soname_of "$lib/lib$name.so.$version")" = "lib$name.so.$major" ] || version_bad+=" lib$name SONAME '$(soname_of "$lib/lib$name.so.$version")';"
+    [ "$(readlink "$lib/lib$name.so.$major")" = "lib$name.so.$version" ] || version_bad+=" lib$name.so.$major link;"
+    [ "$(readlink "$lib/lib$name.so")" = "lib$name.so.$major" ] || version_bad+=" lib$name.so link;"
+done
+for pc in acsecurefile acsecuresqlite; do
+    [ "$(pkg-config --modversion "$pc")" = "$version" ] || version_bad+=" $pc.pc Version '$(pkg-config --modversion "$pc")';"
+done
+for so in "$lib/libACSecureSQLite.so.$version" "$lib/libacsecuresqlite_ext.so"; do
+    [ "$(runpath_of "$so")" = '$ORIGIN' ] || version_bad+=" $(basename "$so") RUNPATH '$(runpath_of "$so")';"
+done
+[ -z "$(runpath_of "$lib/libACSecureFile.so.$version")" ] || version_bad+=" libACSecureFile has a RUNPATH;"
+if [ -z "$version_bad" ]; then
+    echo "version: $version everywhere (libraries .so.$version, SONAMEs .so.$major, both .pc files; SQLite RUNPATH \$ORIGIN)"
+else
+    echo "version: FAIL:$version_bad" >&2
+    status=1
+fi
 "$work/ace_codes" "$work/ace" || status=1
 "$work/harden" || status=1
+mkdir "$work/descriptors-files" && "$work/descriptors" "$work/descriptors-files" || status=1
 mkdir "$work/wrapped-files" && "$work/wrapped" "$work/wrapped-files" || status=1
 "$work/differential" "$seed" "$sequences" "$operations" "$work/differential-files" || status=1
 # Every secure open write-back (the environment switch of unmodified programs): the same results.

@@ -1,41 +1,23 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): installs the system packages it needs, builds, and runs
-# every suite: the Swift tests, then each extra suite in scripts/test.d/ (C API, CLI, fuzz and
-# benchmark smoke runs), in name order. Prints one line per suite; a failing suite's output is shown
-# in full and stops the run. Every suite's full output is kept in $ACSECURE_TEST_LOGS (default
-# .build/test-logs/). VERBOSE=1 streams everything instead.
+# every suite: the Swift tests, then each extra suite in scripts/test.d/ (C API, CLI, README, fuzz
+# and benchmark smoke runs), in name order. Prints a line when each suite starts, a heartbeat while
+# it runs (at least every 20 s: elapsed time, tests done / total for the Swift tests, the log's last
+# line; a progress line rewritten in place on a terminal, plain lines otherwise) and one line when
+# it ends (scripts/suite-runner.sh); a failing suite's output is shown in full and stops the run.
+# Every suite's full output is kept in $ACSECURE_TEST_LOGS (default .build/test-logs/). VERBOSE=1
+# streams everything instead. ACSECURE_HEARTBEAT_SECONDS changes the heartbeat's interval.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 export SWIFT_BACKTRACE="${SWIFT_BACKTRACE:-enable=no}"
 logs="${ACSECURE_TEST_LOGS:-.build/test-logs}"
 mkdir -p "$logs"
-passed=0
-
-# run NAME SUMMARY-PATTERN COMMAND...: runs a suite with its output in $logs/NAME.log; prints one
-# line (the last line matching SUMMARY-PATTERN, if any) on success, the whole log on failure.
-run() {
-  local name="$1" pattern="$2"; shift 2
-  local log="$logs/$name.log" start=$SECONDS
-  if [ "${VERBOSE:-0}" = 1 ]; then
-    "$@" 2>&1 | tee "$log"
-    local status=${PIPESTATUS[0]}
-  else
-    local status=0
-    "$@" >"$log" 2>&1 || status=$?
-  fi
-  local took=$((SECONDS - start))
-  if [ "$status" != 0 ]; then
-    [ "${VERBOSE:-0}" = 1 ] || cat "$log"
-    echo "FAIL  $name (exit $status after ${took}s; log: $log)"
-    echo "suites: $passed passed, 1 failed"
-    exit 1
-  fi
-  local summary=""
-  [ -n "$pattern" ] && summary="$(grep -E "$pattern" "$log" | tail -1 | sed 's/^[[:space:]]*//')"
-  echo "ok    $name (${took}s)${summary:+: $summary}"
-  passed=$((passed + 1))
-}
+suite_logs="$logs"
+suite_passed=0
+# shellcheck source=scripts/suite-runner.sh
+. scripts/suite-runner.sh
+run_start=$SECONDS
 
 # Warnings are errors in the project's own sources and tests (not in dependencies).
 check_warnings() {
@@ -46,11 +28,16 @@ check_warnings() {
   fi
 }
 
-run build "Compiling|Build complete" check_warnings
-run swift-test "Executed [0-9]+ tests" swift test --skip-build
+run_suite build "Compiling|Build complete" check_warnings
+# The heartbeat counts the Swift tests done out of this total.
+suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
+[ "$suite_total_tests" != 0 ] || suite_total_tests=""
+# stdbuf: XCTest's lines reach the log as each test ends (not in 4 KiB blocks), so the count is current.
+run_suite swift-test "Executed [0-9]+ tests" stdbuf -oL -eL swift test --skip-build
 for suite in scripts/test.d/*.sh; do
   [ -e "$suite" ] || continue
-  run "$(basename "$suite" .sh)" "passed|ok|done|: [0-9]+ passed" bash "$suite"
+  run_suite "$(basename "$suite" .sh)" "passed|ok|done|: [0-9]+ passed" bash "$suite"
 done
-# set -e and run() stop at the first failing suite, so reaching here means every suite passed.
-echo "suites: $passed passed, 0 failed"
+# set -e and run_suite stop at the first failing suite, so reaching here means every suite passed.
+echo "total: $((SECONDS - run_start)) s"
+echo "suites: $suite_passed passed, 0 failed"

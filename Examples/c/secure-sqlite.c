@@ -6,7 +6,8 @@
  *
  * Keys come from secure services, started here from the environment (ACSECURE_APP_ID,
  * ACSECURE_HOME; ACSECURE_CREATE_STORE=1 creates a missing store). notes.db is a secure file: `sqlite3 notes.db` says "file is not a database";
- * the sqlite3 shell reads it after `.load libacsecuresqlite_ext` and `.open file:notes.db?vfs=acsecure`.
+ * the sqlite3 shell reads it after `.load` of the extension by its full path and `.open file:notes.db?vfs=acsecure`:
+ *     sqlite3 -cmd ".load $(pkg-config --variable=extension acsecuresqlite)" -cmd ".open file:notes.db?vfs=acsecure"
  */
 #include <stdio.h>
 #include <sqlite3.h>

@@ -44,9 +44,6 @@ extension AppConnectDelegate {
     public func appConnect(_ appConnect: SecureServices, secureFileIOPolicyChangedTo newSecureFileIOPolicy: ACSecureFileIOPolicy) {}
 }
 
-/// This library's version (`+[AppConnect version]`), for an About page or a support report.
-public let ACSecureFileKitVersion = "1.0.0"
-
 extension SecureServices {
     /// `+[AppConnect version]`: the version of this library.
     public static var version: String { ACSecureFileKitVersion }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ACSecureFoundation
 
 struct ACSecureCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -13,6 +14,11 @@ struct ACSecureCommand: ParsableCommand {
             wipes it when it exits. With a passcode, every command asks for it (or reads \
             $ACSECURE_PASSCODE / --passcode-stdin).
 
+            OPTIONS OF EVERY COMMAND (before or after the command name):
+              --app-id ID        the app whose key protects the files
+              --store DIR        the store directory
+              --passcode-stdin   read the passcode from standard input
+
             ENVIRONMENT:
               ACSECURE_APP_ID    app ID (default "default"), like --app-id
               ACSECURE_HOME      store directory, like --store
@@ -23,7 +29,7 @@ struct ACSecureCommand: ParsableCommand {
 
             Shell completion: acsecure --generate-completion-script bash|zsh|fish
             """,
-        version: "1.0.0",
+        version: ACSecureFileKitVersion,  // Sources/ACSecureFoundation/Version.swift
         subcommands: [
             Demo.self,
             Init.self, Status.self, Unlock.self, Lock.self, Passwd.self, Retire.self,

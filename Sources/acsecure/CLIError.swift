@@ -28,8 +28,10 @@ struct ExitStatus: RawRepresentable, Equatable {
           0  success
           1  usage error, or refused (output exists without --force, not confirmed)
           2  I/O error (the message names the file and the errno)
-          3  no keys: no store, store locked (passcode missing or wrong), unreadable, or retired
-          4  wrong key, corrupt data, not a secure file: ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR
+          3  no keys: no store, store locked (passcode missing or wrong),
+             unreadable, or retired
+          4  wrong key, corrupt data, or not a secure file
+             (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR)
           5  verify: at least one file failed authentication
         """
 }

@@ -9,14 +9,16 @@ import ACSecureServices
 import ACSecureSharing
 
 /// The key that opens `path`, from its header: the app key, or the encryption group among
-/// `groups` whose key fingerprint matches.
-func keySelection(for path: String, info: SecureFileInfo, groups: [String], services: SecureServices) throws(CLIError) -> KeySelection {
+/// `groups` whose key fingerprint matches. `groupOption` is the option that names the groups, which
+/// the error for a group file suggests (`share` takes the current group as --from-group).
+func keySelection(for path: String, info: SecureFileInfo, groups: [String], groupOption: String = "--group",
+                  services: SecureServices) throws(CLIError) -> KeySelection {
     switch info.keyClass {
     case KeyEncryptionKey.KeyClass.app.rawValue:
         // The fingerprint tells another app's (or store's) file from a damaged one before the
         // engine's plain "does not unwrap", so the error can say what to try.
         if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint != info.keyFingerprint {
-            throw CLIError(.badKeyOrCorrupt, "\(path): the file key does not unwrap with the app key: the file belongs to another app ID or store (not app ID \(services.appID) in \(services.storeDirectory)); pass its --app-id ID or --store DIR (\(ACErrorCode.badKeyOrCorruptData.name))")
+            throw CLIError(.badKeyOrCorrupt, "\(path): the file key does not unwrap with the app key: \(appKeyMismatch(services)); if it is another app's, pass its --app-id ID or --store DIR (\(ACErrorCode.badKeyOrCorruptData.name))")
         }
         return .app
     case KeyEncryptionKey.KeyClass.group.rawValue:
@@ -25,11 +27,18 @@ func keySelection(for path: String, info: SecureFileInfo, groups: [String], serv
                 return .group(id)
             }
         }
-        let why = groups.isEmpty ? "pass --group ID" : "the key of group \(groups.joined(separator: ", ")) in \(services.storeDirectory) does not match (another group, or pass --store DIR)"
+        let why = groups.isEmpty ? "pass \(groupOption) ID" : "the key of group \(groups.joined(separator: ", ")) in \(services.storeDirectory) does not match (another group, pass \(groupOption) ID or --store DIR; or the header is damaged)"
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with an encryption group key; \(why) (\(ACErrorCode.badKeyOrCorruptData.name))")
     default:
         throw CLIError(.badKeyOrCorrupt, "\(path): encrypted with a handed-over key (\(info.keyClassName)) that acsecure cannot derive (\(ACErrorCode.badKeyOrCorruptData.name))")
     }
+}
+
+/// Why a file whose header names the app key class does not open with this app's key: the header's
+/// key fingerprint is another key's. Without the key that made it, a file of another app ID or
+/// store cannot be told from one whose header was damaged, so both are named.
+func appKeyMismatch(_ services: SecureServices) -> String {
+    "the file belongs to another app ID or store (not app ID \(services.appID) in \(services.storeDirectory)), or its header is damaged"
 }
 
 /// Runs `body` for every path, reporting each failure as it happens and going on; at the end a
@@ -106,8 +115,8 @@ struct Decrypt: ParsableCommand {
             Every chunk and the file's length are authenticated; OUT appears (temporary file, sync, \
             rename) only when the whole file was read successfully, so a damaged file never leaves a \
             partial plaintext behind. OUT may be - for standard output: then, as with `cat`, each \
-            chunk is written once it authenticated, so a file damaged in the middle has its good \
-            beginning written before the error (and a non-zero exit).
+            chunk is written once it authenticated, so a file damaged in the middle has every chunk \
+            before the first bad one written, in order, then the error (and a non-zero exit).
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -123,7 +132,7 @@ struct Decrypt: ParsableCommand {
         if output == "-" {
             try decryptToStandardOutput(input, info: info, key: key, services: services)
         } else {
-            try decryptFile(input, to: output, key: key, force: force, services: services)
+            try decryptFile(input, info: info, to: output, key: key, force: force, services: services)
         }
     }
 }
@@ -134,12 +143,12 @@ func decryptToStandardOutput(_ input: String, info: SecureFileInfo, key: KeySele
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let progress = Progress.make("decrypt \(input)", total: isatty(1) == 1 ? nil : info.plaintextSize)
-    _ = try copySecure(file, to: 1, outputName: "standard output", progress: progress)
+    _ = try copySecure(file, chunkSize: info.chunkSize, to: 1, outputName: "standard output", progress: progress)
     progress?.finish()
 }
 
 /// Decrypts a secure file into a new plain file (0600) that appears only once all of it authenticated.
-func decryptFile(_ input: String, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
+func decryptFile(_ input: String, info: SecureFileInfo, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let pending = try PendingOutput(destination: output, force: force)
@@ -149,7 +158,7 @@ func decryptFile(_ input: String, to output: String, key: KeySelection, force: B
     var closed = false
     defer { if !closed { PlainIO.closeAfterReading(fd) } }  // only after a failure already thrown
     let progress = Progress.make("decrypt \(input)", total: try? file.size)
-    _ = try copySecure(file, to: fd, outputName: output, progress: progress)
+    _ = try copySecure(file, chunkSize: info.chunkSize, to: fd, outputName: output, progress: progress)
     progress?.finish()
     closed = true
     try PlainIO.close(fd, output)  // commit fsyncs the file before the rename
@@ -162,8 +171,11 @@ struct Cat: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write the plaintext of secure files to standard output.",
         discussion: """
-            Streams: each chunk is authenticated before it is written, but a file damaged in the middle \
-            has its good beginning written before the error. Use `decrypt` for all-or-nothing output.
+            Streams: each chunk is authenticated before any of it is written. A file damaged in the \
+            middle has every chunk before the first bad one written, in order (the plaintext up to that \
+            chunk's start), then the error names the bad chunk and the exit status is 4. With several \
+            files, each one's error is reported and the next file is still written. Use `decrypt` for \
+            all-or-nothing output.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -179,7 +191,7 @@ struct Cat: ParsableCommand {
             let file = try openSecure(path, flags: O_RDONLY, key: key, services: services)
             defer { try? file.close() }
             let progress = Progress.make("cat \(path)", total: isatty(1) == 1 ? nil : info.plaintextSize)
-            _ = try copySecure(file, to: 1, outputName: "standard output", progress: progress)
+            _ = try copySecure(file, chunkSize: info.chunkSize, to: 1, outputName: "standard output", progress: progress)
             progress?.finish()
         }
     }
@@ -194,13 +206,14 @@ struct Write: ParsableCommand {
             temporary secure file beside FILE, which is synced and renamed over it: FILE appears \
             whole or not at all. If FILE appears while standard input is read, it is not replaced and \
             the temporary file is kept (the error names it). With --append, the data is added to the \
-            end of an existing secure file of this app in place.
+            end of an existing secure file of this app (or of --group) in place; a FILE that does not \
+            exist is an error (exit 2), not created.
             """)
 
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The secure file.") var file: String
-    @Option(help: ArgumentHelp("The encryption group whose key protects (or protects) the file.", valueName: "id")) var group: String?
-    @Flag(help: "Append to an existing secure file instead of replacing it.") var append = false
+    @Option(help: ArgumentHelp("Encrypt the new file for this encryption group instead of the app (with --append: the group whose key protects FILE).", valueName: "id")) var group: String?
+    @Flag(help: "Append to an existing secure file (it must exist: --append never creates FILE).") var append = false
     @Flag(help: "Replace FILE if it exists (keeping its permission bits).") var force = false
 
     func validate() throws {
@@ -210,7 +223,12 @@ struct Write: ParsableCommand {
 
     func run() throws {
         let services = try global.openServices()
-        if append && PlainIO.exists(file) {
+        if append {
+            // --append adds to an existing file; it never creates one (a mistyped name must not
+            // start a new file beside the one meant).
+            guard PlainIO.exists(file) else {
+                throw CLIError(.io, "\(file): no such file (\(errnoName(ENOENT))): --append adds to an existing secure file; without --append, write creates FILE")
+            }
             let info = try secureInfo(file)
             let key = try keySelection(for: file, info: info, groups: group.map { [$0] } ?? [], services: services)
             let f = try openSecure(file, flags: O_WRONLY | O_APPEND, key: key, services: services)
@@ -273,7 +291,8 @@ struct Share: ParsableCommand {
     func run() throws {
         let services = try global.openServices()
         let info = try secureInfo(file)
-        let from = try keySelection(for: file, info: info, groups: fromGroup.map { [$0] } ?? group.map { [$0] } ?? [], services: services)
+        let from = try keySelection(for: file, info: info, groups: fromGroup.map { [$0] } ?? group.map { [$0] } ?? [],
+                                    groupOption: "--from-group", services: services)
         let to: KeySelection = group.map { .group($0) } ?? .app
         if from == to {
             print("\(file): already encrypted with the key of \(to); nothing changed")
@@ -307,7 +326,7 @@ struct Rekey: ParsableCommand {
             let key = try keys.selection(for: path, info: info, services: services)
             do throws(SecureFileError) { try SecureSharing.rotateDataKey(path, key: key, services: services) } catch { throw CLIError(error) }
             let after = try secureInfo(path)
-            print("\(path): new data key and file ID \(hex(after.fileID)) (\(after.plaintextSize) bytes re-encrypted)")
+            print("\(path): new data key and file ID \(hex(after.fileID)) (\(counted(after.plaintextSize, "byte")) re-encrypted)")
         }
     }
 }

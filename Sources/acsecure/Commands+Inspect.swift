@@ -100,7 +100,7 @@ func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> Le
         // end (a torn write or appended bytes), which reads never return.
         let extra = try file.bytesAfterAuthenticatedEnd
         if extra > 0 {
-            return .failed("\(path): \(extra) bytes follow the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
+            return .failed("\(path): \(counted(extra, "byte")) follow\(extra == 1 ? "s" : "") the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
         }
         let size = try file.size
         // A read at the end of the file checks only the trailer.
@@ -134,7 +134,7 @@ struct Verify: ParsableCommand {
             do {
                 switch try verifySecureFile(path, groups: keys.groups, services: services) {
                 case .ok(let size, let chunks):
-                    print("OK      \(path): \(size) bytes, \(chunks) chunks and the length authenticated")
+                    print("OK      \(path): \(counted(size, "byte")), \(counted(chunks, "chunk")) and the length authenticated")
                 case .failed(let reason, _):
                     failed += 1
                     print("FAILED  \(reason)")
@@ -162,7 +162,10 @@ struct Stat: ParsableCommand {
             opened without asking (no passcode, or $ACSECURE_PASSCODE), also says whether this app's \
             key (or a --group key) opens the file and, if it does, whether the file's length \
             authenticates; a file cut or extended since it was written gets a warning on stderr \
-            (`verify` checks every chunk as well).
+            (`verify` checks every chunk as well). The header's key fingerprint names the key that \
+            wrapped the file's key, but nothing authenticates it without that key: a file of another \
+            app ID or store and one whose header was damaged look alike ("not this app's key"). \
+            Exits 0 whenever the header reads as a secure file header, whoever's key it names.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -176,9 +179,9 @@ struct Stat: ParsableCommand {
             let info = try secureInfo(path)
             let layout = info.layout
             print(path)
-            print("  plaintext size:  \(info.plaintextSize) bytes (\(humanSize(info.plaintextSize)))")
+            print("  plaintext size:  \(counted(info.plaintextSize, "byte")) (\(humanSize(info.plaintextSize)))")
             print("  size on disk:    \(info.physicalSize) bytes")
-            print("  chunk size:      \(info.chunkSize) bytes (\(layout.chunkCount(forSize: info.plaintextSize)) chunks)")
+            print("  chunk size:      \(info.chunkSize) bytes (\(counted(layout.chunkCount(forSize: info.plaintextSize), "chunk")))")
             print("  format version:  \(info.formatVersion)")
             print("  key class:       \(info.keyClassName)")
             let (owner, key) = owner(info, services)
@@ -201,7 +204,7 @@ struct Stat: ParsableCommand {
             if let kek = try? services.keyEncryptionKey(for: .app), kek.fingerprint == info.keyFingerprint {
                 return ("this app's key (app ID \(services.appID))", .app)
             }
-            return ("another app's or another store's key (not app ID \(services.appID) in \(services.storeDirectory))", nil)
+            return ("not this app's key: \(appKeyMismatch(services))", nil)
         }
         if info.keyClass == KeyEncryptionKey.KeyClass.group.rawValue {
             for id in keys.groups {
@@ -209,7 +212,7 @@ struct Stat: ParsableCommand {
                     return ("the key of encryption group \(id)", .group(id))
                 }
             }
-            return (keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store", nil)
+            return (keys.groups.isEmpty ? "an encryption group's key (name candidates with --group ID)" : "the key of another group or store, or the header is damaged", nil)
         }
         return ("a handed-over key (crypto block)", nil)
     }
@@ -305,6 +308,9 @@ struct List: ParsableCommand {
         s.count >= width ? s : String(repeating: " ", count: width - s.count) + s
     }
 }
+
+/// "1 chunk", "2 chunks".
+func counted(_ n: Int64, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
 
 extension String {
     func padding(_ width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }

@@ -77,14 +77,14 @@ struct Demo: ParsableCommand {
         let info = try secureInfo(secure)
         let layout = info.layout
         let chunks = layout.chunkCount(forSize: info.plaintextSize)
-        step(3, "encrypt", "sample.txt -> sample.txt.acsf: \(info.physicalSize) bytes on disk for \(info.plaintextSize) of plaintext (\(chunks) chunks of \(info.chunkSize) bytes, AES-256-GCM)")
+        step(3, "encrypt", "sample.txt -> sample.txt.acsf: \(info.physicalSize) bytes on disk for \(info.plaintextSize) of plaintext (\(counted(chunks, "chunk")) of \(info.chunkSize) bytes, AES-256-GCM)")
         checks.expect(info.plaintextSize == Int64(size), "the header's plaintext size matches")
         step(4, "stat", "key class \(info.keyClassName), file ID \(hex(info.fileID)) (from the header; no key needed)")
 
         // 5. Read back and compare.
         let roundTrip = work + "/roundtrip.txt"
         if PlainIO.exists(roundTrip) { _ = Sys.unlink(roundTrip) }
-        try decryptFile(secure, to: roundTrip, key: .app, force: false, services: services)
+        try decryptFile(secure, info: info, to: roundTrip, key: .app, force: false, services: services)
         let same = try filesEqual(sample, roundTrip)
         _ = Sys.unlink(roundTrip)
         step(5, "read back", "decrypted \(info.plaintextSize) bytes; identical to the original: \(same ? "yes" : "NO")")
@@ -93,7 +93,7 @@ struct Demo: ParsableCommand {
         // 6. Verify.
         let verified = try verifySecureFile(secure, groups: [], services: services)
         switch verified {
-        case .ok(_, let n): step(6, "verify", "all \(n) chunks and the length authenticate: OK")
+        case .ok(_, let n): step(6, "verify", "\(n == 1 ? "the one chunk" : "all \(n) chunks") and the length authenticate: OK")
         case .failed(let reason, _): step(6, "verify", "FAILED: \(reason)")
         }
         if case .ok = verified { checks.expect(true, "verify authenticates every chunk and the length") } else {

@@ -22,6 +22,36 @@ struct GlobalOptions: ParsableArguments {
         "Read the passcode from the first line of standard input (passwd: old, then new). Otherwise $ACSECURE_PASSCODE, else a prompt on the terminal.")
     var passcodeFromStdin = false
 
+    /// The options above (`--app-id ID`, `--app-id=ID`, `--store DIR`, `--store=DIR`,
+    /// `--passcode-stdin`) given before the command name, as users of git or docker type them
+    /// (`acsecure --app-id ID cat FILE`), moved after it, where each command declares them. Arguments
+    /// from the command name on are left as they are, and so are arguments that start with another
+    /// option (`--help`, `--version`: argument-parser answers those).
+    /// - Throws: a usage error when such an option has no value, or no command follows.
+    static func movedAfterCommand(_ arguments: [String]) throws(CLIError) -> [String] {
+        var global: [String] = []
+        var i = 0
+        while i < arguments.count {
+            let a = arguments[i]
+            if a == "--app-id" || a == "--store" {
+                guard i + 1 < arguments.count else { throw CLIError(.usage, "\(a) needs a value (see acsecure --help)") }
+                global += [a, arguments[i + 1]]
+                i += 2
+            } else if a.hasPrefix("--app-id=") || a.hasPrefix("--store=") || a == "--passcode-stdin" {
+                global.append(a)
+                i += 1
+            } else {
+                break
+            }
+        }
+        if global.isEmpty { return arguments }
+        guard i < arguments.count else {
+            throw CLIError(.usage, "name a command after \(global.joined(separator: " ")), e.g. acsecure \(global.joined(separator: " ")) cat FILE (see acsecure --help)")
+        }
+        if arguments[i].hasPrefix("-") { return arguments }
+        return [arguments[i]] + global + arguments[(i + 1)...]
+    }
+
     var appID: String {
         if let appIDOption { return appIDOption }
         if let v = getenv("ACSECURE_APP_ID"), v[0] != 0 { return String(cString: v) }

@@ -80,11 +80,12 @@ final class PendingOutput {
 
     init(destination: String, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
         self.replaceHint = replaceHint
+        // A directory first: --force cannot replace one, so "already exists (use --force)" would mislead.
+        if case .success(let st) = Sys.stat(destination), st.st_mode & S_IFMT == S_IFDIR {
+            throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR))); name a file to create, e.g. \(destination.hasSuffix("/") ? destination : destination + "/")NAME")
+        }
         if !force && PlainIO.exists(destination) {
             throw CLIError(.usage, "\(destination): already exists (\(replaceHint))")
-        }
-        if case .success(let st) = Sys.lstat(destination), st.st_mode & S_IFMT == S_IFDIR {
-            throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR)))")
         }
         self.destination = destination
         replacement = AtomicReplacement(destination: destination)
@@ -200,14 +201,29 @@ func copyPlain(_ fd: Int32, name: String, into file: SecureFile, progress: Progr
 
 /// Copies a secure file (from its current offset) to a plain descriptor, through guarded memory.
 /// Every chunk is authenticated before any of its bytes is written, and the length at the end.
-func copySecure(_ file: SecureFile, to fd: Int32, outputName: String, progress: Progress?) throws(CLIError) -> Int64 {
+/// Reads go in blocks of `streamBufferSize`; when a block does not authenticate, it is read again
+/// one chunk at a time, so every chunk before the bad one is written, in order, before the error
+/// (the bad chunk's error, which names it, is the one thrown).
+func copySecure(_ file: SecureFile, chunkSize: Int, to fd: Int32, outputName: String, progress: Progress?) throws(CLIError) -> Int64 {
     let buffer = try guardedBytes("\(file.path): copy buffer") { () throws(CryptoError) in try SecureBuffer(count: streamBufferSize) }
     var total: Int64 = 0
+    var chunkByChunk = false
     while true {
+        // A read that fails leaves the offset where it was (read(2)), so the same bytes can be
+        // read again in smaller pieces.
         let n: Int
         do {
-            n = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in try file.read(into: b) }
+            n = try buffer.withUnsafeMutableBytes { (b) throws(SecureFileError) -> Int in
+                guard chunkByChunk else { return try file.read(into: b) }
+                let offset = try file.seek(0, whence: SEEK_CUR)
+                let toBoundary = chunkSize - Int(offset % Int64(chunkSize))
+                return try file.read(into: UnsafeMutableRawBufferPointer(rebasing: b[0..<min(b.count, toBoundary)]))
+            }
         } catch {
+            if error.code == .badKeyOrCorruptData && !chunkByChunk {
+                chunkByChunk = true
+                continue
+            }
             throw CLIError(error)
         }
         if n == 0 { break }
@@ -229,7 +245,7 @@ func openSecure(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySele
     do { extra = try file.bytesAfterAuthenticatedEnd } catch { throw CLIError(error) }
     if extra > 0 {
         let change = flags & O_ACCMODE == O_RDONLY ? "the next change of the file removes them" : "this change removes them"
-        let message = "acsecure: warning: \(path): \(extra) bytes after the authenticated end are ignored (an interrupted write, tampering, or an older end put back); \(change)\n"
+        let message = "acsecure: warning: \(path): \(counted(extra, "byte")) after the authenticated end \(extra == 1 ? "is" : "are") ignored (an interrupted write, tampering, or an older end put back); \(change)\n"
         _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
     }
     return file

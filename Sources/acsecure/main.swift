@@ -17,7 +17,7 @@ TestFaults.installFromEnvironment()
 #endif
 
 do {
-    var command = try ACSecureCommand.parseAsRoot()
+    var command = try ACSecureCommand.parseAsRoot(try GlobalOptions.movedAfterCommand(Array(CommandLine.arguments.dropFirst())))
     try command.run()
     fflush(nil)
     exit(ExitStatus.ok.rawValue)

@@ -73,6 +73,8 @@ run 1 "missing argument" verify
 run 0 "bash completion script" --generate-completion-script bash
 expect "completion script defines the function" grep -q "_acsecure" out
 run 0 "encrypt --help" encrypt --help
+run 0 "--version" --version
+expect "--version is the package's one version (scripts/version.sh)" test "$(cat out)" = "$("$root/scripts/version.sh")"
 
 # --- no store yet
 run 3 "status without a store" status
@@ -303,6 +305,93 @@ run 0 "cat after rekey" cat s.acsf
 expect "rekey keeps the content" cmp -s out plain.txt
 run 0 "verify after rekey" verify s.acsf
 expect "rekey leaves no temp file" no_temp_files .
+
+# --- what a newcomer trips over (issue 28)
+# help_says TEXT: the last command's stdout says TEXT, wherever argument-parser wrapped its lines.
+help_says() { tr '\n' ' ' <out | tr -s ' ' | grep -qF -- "$1"; }
+# Options of every command before the command name, as with git or docker.
+run 4 "--app-id before the command" --app-id other.app cat a.acsf
+expect "--app-id before the command selects the app" grep -q "a.acsf:.*not app ID other.app" err
+run 0 "--store and --app-id= before the command" --store "$ACSECURE_HOME" --app-id=default cat a.acsf
+expect "options before the command: round trip" cmp -s out plain.txt
+STDIN=<(echo "$ACSECURE_PASSCODE") ACSECURE_PASSCODE= run 0 "--passcode-stdin before the command" --passcode-stdin cat a.acsf
+expect "--passcode-stdin before the command: round trip" cmp -s out plain.txt
+run 1 "an option before the command that is not global is still refused" --force cat a.acsf
+run 1 "--app-id before no command" --app-id other.app
+expect "the error asks for a command after the option" grep -q "name a command after --app-id other.app, e.g. acsecure --app-id other.app cat FILE" err
+run 1 "--store without its value" --store
+expect "the error says --store needs a value" grep -q -- "--store needs a value" err
+run 0 "--app-id before --help" --app-id other.app --help
+run 0 "the top-level help lists the options of every command" --help
+expect "the top-level help says they go before or after the command" help_says "before or after the command name"
+# cat and decrypt - write every chunk that authenticated, in order, before the error (chunk 3 is bad).
+run 4 "cat a file bad in chunk 3" cat t.acsf
+expect "cat wrote chunks 0-2 (12288 bytes) before the error" cmp -s out <(head -c 12288 plain.txt)
+run 4 "decrypt - of a file bad in chunk 3" decrypt t.acsf -
+expect "decrypt - wrote chunks 0-2 before the error" cmp -s out <(head -c 12288 plain.txt)
+cp a.acsf t1.acsf
+off=$((128 + 4128 + 16 + 7))
+printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j$off -N1 t1.acsf) ^ 1 )))" | dd of=t1.acsf bs=1 seek=$off conv=notrunc status=none
+run 4 "cat a file bad in chunk 1" cat t1.acsf
+expect "cat wrote chunk 0 (4096 bytes) before the error" cmp -s out <(head -c 4096 plain.txt)
+expect "the error names chunk 1" grep -q "t1.acsf: chunk 1" err
+run 0 "cat --help" cat --help
+expect "cat's help says every chunk before the first bad one is written" help_says "every chunk before the first bad one written, in order"
+expect "cat's help no longer promises 'its good beginning'" bash -c "! grep -q 'good beginning' out"
+# decrypt, encrypt and write onto a directory say so (--force cannot help).
+mkdir -p outdir
+run 2 "decrypt onto a directory" decrypt a.acsf outdir
+expect "the error says it is a directory" grep -q "outdir: is a directory" err
+expect "the error does not suggest --force" bash -c "! grep -q -e 'already exists' -e 'force' err"
+run 2 "decrypt --force onto a directory" decrypt --force a.acsf outdir
+expect "decrypt --force says it is a directory" grep -q "outdir: is a directory" err
+run 2 "encrypt onto a directory" encrypt plain.txt outdir
+expect "encrypt says it is a directory" grep -q "outdir: is a directory" err
+STDIN=plain.txt run 2 "write onto a directory" write outdir
+expect "write says it is a directory" grep -q "outdir: is a directory" err
+expect "the directory is still a directory, empty" test -d outdir -a -z "$(ls -A outdir)"
+# write --append needs an existing file.
+STDIN=plain.txt run 2 "write --append to a missing file" write --append nothere.acsf
+expect "write --append created no file" test ! -e nothere.acsf
+expect "the error names the file, ENOENT and what --append does" grep -q "nothere.acsf: no such file (errno ENOENT): --append adds to an existing secure file" err
+run 0 "write --help" write --help
+expect "write's --group help is one sentence (no 'protects (or protects)')" bash -c "! grep -q 'or protects' out"
+expect "write's help says --append never creates FILE" help_says "never creates FILE"
+# share --to-app on a group file points to --from-group, and following the hint works.
+cp a.acsf g.acsf
+run 0 "share a file with a group (for --to-app)" share g.acsf --group com.example.g28
+run 4 "share --to-app on a group file without --from-group" share g.acsf --to-app
+expect "the error asks for --from-group (not --group)" bash -c "grep -q 'pass --from-group ID' err && ! grep -q 'pass --group' err"
+run 0 "share --to-app --from-group, as the error says" share g.acsf --to-app --from-group com.example.g28
+run 0 "cat after following the hint" cat g.acsf
+expect "round trip after following the hint" cmp -s out plain.txt
+# One damaged byte in the header's key fingerprint: another app's file or a damaged one.
+cp a.acsf fp.acsf
+printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j40 -N1 fp.acsf) ^ 1 )))" | dd of=fp.acsf bs=1 seek=40 conv=notrunc status=none
+run 4 "cat a file with a damaged key fingerprint" cat fp.acsf
+expect "the error says another app ID or store, or a damaged header" grep -q "fp.acsf:.*another app ID or store.*or its header is damaged" err
+run 0 "stat a file with a damaged key fingerprint (the header still reads)" stat fp.acsf
+expect "stat says it may be damaged" grep -q "opens with: *not this app's key:.*or its header is damaged" out
+run 0 "stat --help" stat --help
+expect "stat's help says when it exits 0" help_says "Exits 0 whenever the header reads as a secure file header"
+# Help text: counts agree in number, and the exit codes are not wrapped to column 0.
+STDIN=<(printf 'x') run 0 "write a one-chunk file" write one.acsf
+run 0 "stat a one-chunk file" stat one.acsf
+expect "stat says (1 chunk), not (1 chunks)" bash -c "grep -q '(1 chunk)' out && ! grep -q '1 chunks' out && grep -q 'plaintext size: *1 byte (' out"
+run 0 "verify a one-chunk file" verify one.acsf
+expect "verify says 1 byte, 1 chunk" grep -q "one.acsf: 1 byte, 1 chunk and the length" out
+help_bad=""
+for c in "" demo init status unlock lock passwd retire encrypt decrypt cat write stat verify ls share rekey; do
+  # shellcheck disable=SC2086
+  "$bin" $c --help >help.out 2>&1 || help_bad+=" $c(exit)"
+  # In the EXIT CODES block every line is a code ("  N  ...") or indented under one.
+  sed -n '/^EXIT CODES:/,/^$/p' help.out | sed '1d;/^$/d' | grep -vqE '^  [0-9]  |^     ' && help_bad+=" ${c:-acsecure}(exit codes wrapped)"
+  grep -qE '\(1 chunks\)|\(or protects\)' help.out && help_bad+=" ${c:-acsecure}(wording)"
+done
+rm -f help.out
+expect "no help text has a wrapped exit code line or the old wording:${help_bad:- none}" test -z "$help_bad"
+run 0 "top-level help" --help
+expect "exit code 3 ends with 'or retired' on its own indented line" grep -qE "^     unreadable, or retired$" out
 
 # --- progress bar: never when stderr is not a terminal
 truncate -s 70M big.bin

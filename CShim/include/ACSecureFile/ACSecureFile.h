@@ -10,7 +10,13 @@
  *
  * Descriptors
  *   ACSecureFileOpen returns a real kernel file descriptor (of the underlying encrypted file),
- *   so descriptor numbers are allocated, reused and exhausted (EMFILE) exactly as with open().
+ *   so descriptor numbers are allocated and reused as with open(). Each file also holds one more
+ *   kernel descriptor while the process has it open (the library's own, shared by all of the
+ *   process's secure descriptors of that file): descriptors on N different files use 2N kernel
+ *   descriptors, M descriptors on one file M + 1. So with every descriptor on a different file,
+ *   ACSecureFileOpen fails with EMFILE at about half of RLIMIT_NOFILE (ENFILE likewise at the
+ *   system limit), not at the limit itself: raise RLIMIT_NOFILE (setrlimit, ulimit -n) for a
+ *   program that keeps that many files open. A failed open leaves no descriptor behind.
  *   Use such a descriptor only with ACSecure* calls: plain read()/write() see ciphertext and
  *   plain close() leaves the secure state behind (a later ACSecure* call on that number is
  *   undefined). An unknown or closed descriptor gives -1 with errno EBADF, as POSIX does;
@@ -289,9 +295,21 @@ int ACSecureFstat(int fd, struct stat *buf);
  * st_size is the plaintext size, for anything else the result is that of lstat().
  * The corresponding POSIX function is `lstat`.
  *
+ * What it checks: no key is needed, and nothing is authenticated. For a regular file that this
+ * process does not have open, st_size is computed from the file's length and its 128-byte header
+ * alone; the header must be well-formed (the "ACSF" magic, format version 1 or 2, header size 128,
+ * chunk shift 9 to 20, key class 1, 2 or 3, flags and reserved bytes zero) and the length must be
+ * one a file of that layout can have (header, whole chunks, a last chunk longer than its overhead,
+ * trailer; at most 2^44 plaintext bytes). The file ID, the key fingerprint, the wrapped data key,
+ * the chunks and the trailer are not checked: a file cut at a chunk boundary, or a header altered
+ * into another well-formed one (another version, chunk shift or key class), still gets a size,
+ * computed for what the header now says. Only ACSecureFileOpen and the reads after it (or
+ * `acsecure verify`) authenticate a file. For a file this process has open, st_size is the
+ * size of the open file, including writes still buffered (ACSECURE_OPEN_WRITE_BACK).
+ *
  * Returns 0, or -1 with the errno of lstat() (ENOENT, ENOTDIR, ...), EFAULT when buf is NULL,
- * or EIO for a non-empty regular file that is not a secure file. No key is needed. Sets no
- * ACE_* value.
+ * or EIO for a non-empty regular file that fails the checks above (not a secure file). An empty
+ * regular file gives st_size 0. Sets no ACE_* value.
  */
 int ACSecureLstat(const char *path, struct stat *buf);
 

@@ -73,7 +73,11 @@
  * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
  *
  * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
- * scripts/install-c-library.sh):  .load libacsecuresqlite_ext   then   .open file:app.db?vfs=acsecure
+ * scripts/install-c-library.sh into PREFIX/lib): `.load PREFIX/lib/libacsecuresqlite_ext` (the full
+ * path, which `pkg-config --variable=extension acsecuresqlite` prints; a bare name is found only in
+ * the dynamic loader's search path), then `.open file:app.db?vfs=acsecure`. Load it before the
+ * database is opened:
+ *     sqlite3 -cmd ".load $(pkg-config --variable=extension acsecuresqlite)" -cmd ".open file:app.db?vfs=acsecure"
  */
 #ifndef ACSECURESQLITE_H
 #define ACSECURESQLITE_H
