@@ -61,6 +61,42 @@ if args.count == 5, args[1] == "create-append" {
         exit(1)
     }
 }
+if args.count == 7, args[1] == "append-loop" {
+    // Stress (MultiProcessStaleEndTests): <count> 100-byte records, patterns <first>..., appended
+    // through a coordinated O_APPEND handle (mode "steady"), or each through a default-mode handle
+    // joined by a coordinated one on the same state (mode "switching": open O_RDWR, read the size,
+    // open O_RDWR | O_APPEND coordinated, append, close both); "<mode>-<µs>" pauses before each
+    // append. Prints "A <count>" when done.
+    do {
+        let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
+        let first = Int(args[4]) ?? 0, count = Int(args[5]) ?? 0
+        // "<mode>-<µs>": a pause after each append, so one writer's calls fall between the other's.
+        let mode = args[6].split(separator: "-")
+        let steady = mode.first == "steady"
+        let pause = mode.count > 1 ? UInt32(mode[1]) ?? 0 : 0
+        let kept = steady ? try SecureFile.open(args[3], flags: O_RDWR | O_APPEND, services: services, sharing: .processes) : nil
+        for k in first..<first + count {
+            let data = (0..<100).map { pattern(k, $0) }
+            if pause > 0 { usleep(pause) }
+            if let kept {
+                _ = try data.withUnsafeBytes { try kept.write($0) }
+                continue
+            }
+            let plain = try SecureFile.open(args[3], flags: O_RDWR, services: services)
+            _ = try plain.size
+            let shared = try SecureFile.open(args[3], flags: O_RDWR | O_APPEND, services: services, sharing: .processes)
+            _ = try data.withUnsafeBytes { try shared.write($0) }
+            try shared.close()
+            try plain.close()
+        }
+        try kept?.close()
+        emit("A \(count)")
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+}
 if args.count == 5, args[1] == "writeback-exit" {
     // Write-back buffering: a normal exit() without close writes the buffered bytes.
     do {

@@ -14,7 +14,7 @@ final class LstatChecksTests: CAPITestCase {
 
     private let plaintextSize = 3 * 4096 + 1000
 
-    /// A fresh secure file of `plaintextSize` bytes (format version 2, 4 KiB chunks); its path.
+    /// A fresh secure file of `plaintextSize` bytes (format version 3, 4 KiB chunks); its path.
     private func makeFile(_ name: String) throws -> String {
         let path = directory + "/" + name
         let fd = ACSecureFile_openWithMode(path, O_RDWR | O_CREAT | O_TRUNC, 0o600)
@@ -101,12 +101,13 @@ final class LstatChecksTests: CAPITestCase {
         XCTAssertEqual(lstatSize(path), Int64(plaintextSize - 4096))
     }
 
-    /// What is checked: magic, version, header size, chunk shift, key class, flags, reserved bytes, length.
+    /// What is checked: magic, version, header size, chunk shift, key class, flags, reserved bytes, the
+    /// pending-end record's kind (version 3: bytes 108..<128 are that record), length.
     func testMalformedHeadersAndImpossibleLengthsAreEIO() throws {
         let cases: [(String, off_t, UInt8)] = [
-            ("magic", 0, 0x00), ("version 3", 5, 3), ("version 0", 5, 0), ("header size", 7, 0x81),
+            ("magic", 0, 0x00), ("version 4", 5, 4), ("version 0", 5, 0), ("header size", 7, 0x81),
             ("chunk shift 8", 8, 8), ("chunk shift 21", 8, 21), ("key class 0", 9, 0), ("key class 4", 9, 4),
-            ("flags", 11, 1), ("reserved byte 12", 12, 1), ("reserved byte 120", 120, 1),
+            ("flags", 11, 1), ("reserved byte 12", 12, 1), ("pending-end record kind 2", 108, 2),
         ]
         for (name, offset, value) in cases {
             let path = try makeFile("bad-\(offset)-\(value)")

@@ -63,6 +63,36 @@ final class MultiProcessStaleEndTests: XCTestCase {
         XCTAssertEqual(try check.readAll(), expected, "\(label): A's acknowledged append or B's write is not in the file as written")
     }
 
+    /// The same without a hold, as a stress: one process appends records through a coordinated
+    /// handle, pausing 0.3 ms after each, while another appends its own, each through a default-mode
+    /// handle that a coordinated one then joins (now and then the default-mode open lands between the
+    /// first writer's two writes, and the joined handle's change comes before that writer's next).
+    /// Every acknowledged record of both must be in the file exactly once.
+    func testAProcessSwitchingModesLosesNoAppendOfAnother() throws {
+        let env = try TestEnvironment()
+        let path = env.path("switching")
+        try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: env.services).close()
+        let perWriter = 2000
+        let steady = try ChildProcess.spawn(try crashChild(), ["append-loop", env.directory + "/store", path, "0", String(perWriter), "steady-300"],
+                                            environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+        let switching = try ChildProcess.spawn(try crashChild(), ["append-loop", env.directory + "/store", path, "10000", String(perWriter), "switching-100"],
+                                               environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+        for (name, child) in [("steady", steady), ("switching", switching)] {
+            let out = child.finish()
+            XCTAssertTrue(out.status.succeeded && out.standardOutput.contains("A \(perWriter)"), "\(name): \(out.status) \(out.standardOutput)")
+        }
+        let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        defer { try? f.close() }
+        XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0)
+        let all = try f.readAll()
+        let found = stride(from: 0, to: all.count, by: 100).map { Array(all[$0..<min(all.count, $0 + 100)]) }
+        // Some records have equal patterns: compare how often each appears.
+        let expected = (0..<perWriter).map(record) + (10000..<10000 + perWriter).map(record)
+        XCTAssertEqual(found.count, 2 * perWriter, "records in the file")
+        XCTAssertEqual(Dictionary(found.map { ($0, 1) }, uniquingKeysWith: +), Dictionary(expected.map { ($0, 1) }, uniquingKeysWith: +),
+                       "every acknowledged record, each once")
+    }
+
     func testAWriterHeldBetweenItsWritesLosesNothingToAProcessThatTurnsCoordinated() throws {
         let env = try TestEnvironment()
         // 40 records end at 4000: A's record crosses the chunk boundary (two runs: pwrites 1-2 and 3-4).

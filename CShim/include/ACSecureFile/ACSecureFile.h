@@ -297,8 +297,9 @@ int ACSecureFstat(int fd, struct stat *buf);
  *
  * What it checks: no key is needed, and nothing is authenticated. For a regular file that this
  * process does not have open, st_size is computed from the file's length and its 128-byte header
- * alone; the header must be well-formed (the "ACSF" magic, format version 1 or 2, header size 128,
- * chunk shift 9 to 20, key class 1, 2 or 3, flags and reserved bytes zero) and the length must be
+ * alone; the header must be well-formed (the "ACSF" magic, format version 1, 2 or 3, header size
+ * 128, chunk shift 9 to 20, key class 1, 2 or 3, flags and reserved bytes zero, in version 3 a
+ * pending-end record of kind 0 or 1) and the length must be
  * one a file of that layout can have (header, whole chunks, a last chunk longer than its overhead,
  * trailer; at most 2^44 plaintext bytes). The file ID, the key fingerprint, the wrapped data key,
  * the chunks and the trailer are not checked: a file cut at a chunk boundary, or a header altered
