@@ -25,6 +25,18 @@ func emit(_ line: String) {
 
 let args = CommandLine.arguments
 
+/// Runs one mode of the child with services on the store at `store`: exit 0 when `body` returns,
+/// "E <error>" and exit 1 when it throws.
+func runMode(store: String, _ body: (SecureServices) throws -> Void) -> Never {
+    do {
+        try body(try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum))
+        exit(0)
+    } catch {
+        emit("E \(error)")
+        exit(1)
+    }
+}
+
 // Shape mode: one write shape, killed (SIGKILL, by the child itself) right before the engine's
 // system call number <killAt>, or with that call torn: a pwrite is cut after <tearSectors> whole
 // 512-byte sectors of the file, then the process is killed.
@@ -45,8 +57,7 @@ if args.count == 5, args[1] == "create-append" {
     // Creation race (CreationRaceTests): prints "R", waits for a byte on standard input, then opens
     // the file O_RDWR | O_CREAT | O_APPEND in coordinated mode, appends one 100-byte record
     // (pattern <record>) and closes it. Prints "A" when done.
-    do {
-        let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
+    runMode(store: args[2]) { services in
         let record = Int(args[4]) ?? 0
         emit("R")
         var byte: UInt8 = 0
@@ -55,10 +66,6 @@ if args.count == 5, args[1] == "create-append" {
         _ = try (0..<100).map { pattern(record, $0) }.withUnsafeBytes { try file.write($0) }
         try file.close()
         emit("A")
-        exit(0)
-    } catch {
-        emit("E \(error)")
-        exit(1)
     }
 }
 if args.count == 7, args[1] == "append-loop" {
@@ -67,8 +74,7 @@ if args.count == 7, args[1] == "append-loop" {
     // joined by a coordinated one on the same state (mode "switching": open O_RDWR, read the size,
     // open O_RDWR | O_APPEND coordinated, append, close both); "<mode>-<µs>" pauses before each
     // append. Prints "A <count>" when done.
-    do {
-        let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[2], argonCost: .minimum)
+    runMode(store: args[2]) { services in
         let first = Int(args[4]) ?? 0, count = Int(args[5]) ?? 0
         // "<mode>-<µs>": a pause after each append, so one writer's calls fall between the other's.
         let mode = args[6].split(separator: "-")
@@ -91,10 +97,6 @@ if args.count == 7, args[1] == "append-loop" {
         }
         try kept?.close()
         emit("A \(count)")
-        exit(0)
-    } catch {
-        emit("E \(error)")
-        exit(1)
     }
 }
 if args.count == 5, args[1] == "writeback-exit" {
