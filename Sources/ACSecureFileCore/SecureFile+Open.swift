@@ -108,6 +108,7 @@ extension SecureFile {
         let synchronized: Durability? = flags & O_SYNC == O_SYNC ? .full : flags & O_DSYNC != 0 ? .data : nil
         let file = SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
                               buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
+        if opened.created { shared.lock.withLock { shared.directoryToSync = directory(of: path) } }
         guard opened.unnamed else { return file }
         // The new file has its header: now it gets its name (and exists for others).
         switch Sys.linkDescriptor(fd, to: path) {

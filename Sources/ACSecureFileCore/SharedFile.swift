@@ -74,6 +74,9 @@ final class SharedFile: @unchecked Sendable {
     /// The pending end the header on disk records, as far as this process knows (nil: none):
     /// `SharedFile+PendingEnd.swift`.
     var pendingEndRecorded: Int64?
+    /// The directory this process created the file in, until a sync has made the new name durable
+    /// too (`makeDurable`): an application that fsyncs a file it just created expects to find it.
+    var directoryToSync: String?
     /// The end was checked without the record lock (in default mode, or by a forked child) and the
     /// state has since turned coordinated: the first locked operation checks it again, whatever
     /// the length (another process may have been between the two writes of a change then).
@@ -249,11 +252,17 @@ final class SharedFile: @unchecked Sendable {
     }
 
     /// Writes buffered data, then forces it to the device: `fsync(2)` or `fdatasync(2)`.
+    /// The first sync of a file this process created also fsyncs its directory, so the new name
+    /// survives a power loss with the data (a failure fails the sync, which tries it again next time).
     func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
         try flushRun()
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")
         case .data: try checkIO(Sys.fdatasync(ioFD), "fdatasync")
+        }
+        if let directory = directoryToSync {
+            try checkIO(Sys.syncDirectory(directory), "fsync of its directory \(directory) (the new file's name)")
+            directoryToSync = nil
         }
     }
 

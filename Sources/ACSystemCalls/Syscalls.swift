@@ -272,7 +272,11 @@ package enum Sys {
 
     /// Makes the entries of `directory` (a rename or a new name in it) durable: open, fsync, close.
     package static func syncDirectory(_ directory: String) -> Result<Void, Errno> {
-        open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC).flatMap { fd in
+        #if ACSECURE_SYSCALL_MOCKING
+        // The in-memory backend has directories only in names, and nothing to lose to a power loss.
+        if installedBackend != nil { return .success(()) }
+        #endif
+        return open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC).flatMap { fd in
             let synced = fsync(fd)
             _ = close(fd)
             return synced

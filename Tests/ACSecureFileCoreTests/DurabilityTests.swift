@@ -18,6 +18,50 @@ final class DurabilityTests: XCTestCase {
         try SecureServices(appID: "com.example.tests", storeDirectory: env.directory + "/store", argonCost: .minimum)
     }
 
+    /// The first sync of a file this process created fsyncs its directory too (the new name is then
+    /// as durable as the data); later syncs, and syncs of files opened without creating them, do not.
+    /// A failed directory sync fails the sync and is tried again by the next.
+    func testTheFirstSyncOfACreatedFileMakesItsNameDurable() throws {
+        let env = try TestEnvironment()
+        final class Counts: @unchecked Sendable { var fsyncs = 0; var failAt = 0 }
+        let counts = Counts()
+        SecureFileTesting.faultInjector = { call in
+            guard call == .fsync else { return nil }
+            counts.fsyncs += 1
+            if counts.fsyncs == counts.failAt { return .fail(EIO) }
+            return nil
+        }
+        defer { SecureFileTesting.faultInjector = nil }
+        let path = env.path("new-name")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, mode: 0o600, services: env.services)
+        try f.write(Array("durable".utf8))
+        try f.sync()
+        XCTAssertEqual(counts.fsyncs, 2, "the file, then its directory")
+        counts.fsyncs = 0
+        try f.sync()
+        XCTAssertEqual(counts.fsyncs, 1, "the name is durable already")
+        try f.close()
+        counts.fsyncs = 0
+        let g = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try g.sync()
+        XCTAssertEqual(counts.fsyncs, 1, "a file this open did not create")
+        try g.close()
+        // The directory's fsync fails: the sync reports it (naming the directory), the next retries it.
+        let other = env.path("new-name-2")
+        let h = try SecureFile.open(other, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        counts.fsyncs = 0
+        counts.failAt = 1  // datasync's own call is fdatasync: the first fsync is the directory's
+        XCTAssertThrowsError(try h.datasync()) { error in
+            XCTAssertEqual((error as? SecureFileError)?.errno, EIO)
+            XCTAssertTrue((error as? SecureFileError)?.message.contains("directory") ?? false, "\(error)")
+        }
+        counts.failAt = 0
+        counts.fsyncs = 0
+        try h.datasync()
+        XCTAssertEqual(counts.fsyncs, 1, "the directory again (the file's own sync is fdatasync)")
+        try h.close()
+    }
+
     func testWhatAnotherProcessSeesInEachMode() throws {
         let env = try TestEnvironment()
         let path = env.path("shared")

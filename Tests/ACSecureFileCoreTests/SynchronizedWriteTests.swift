@@ -40,7 +40,8 @@ final class SynchronizedWriteTests: XCTestCase {
                 _ = try [UInt8](repeating: 3, count: 10).withUnsafeBytes { try f.writev([$0, $0]) }
                 try f.truncate(to: 9000)
             }
-            XCTAssertEqual(writes.full, 4 * perCall.full, "\(name): fsync per write or truncate")
+            // The first synced write of a file this open created also fsyncs its directory (its name).
+            XCTAssertEqual(writes.full, 4 * perCall.full + (flag == 0 ? 0 : 1), "\(name): fsync per write or truncate, and the directory's once")
             XCTAssertEqual(writes.data, 4 * perCall.data, "\(name): fdatasync per write or truncate")
             let reads = try syncCalls { _ = try f.pread(count: 100, at: 0); _ = try f.stat() }
             XCTAssertEqual(reads.full + reads.data, 0, "\(name): reads and fstat sync nothing")

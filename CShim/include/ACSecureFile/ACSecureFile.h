@@ -170,6 +170,10 @@ int ACSecureFileFlush(int fd);
 /**
  * Writes buffered data, then forces the file's data and metadata to the device: everything
  * written before the call survives a power loss. The corresponding POSIX function is `fsync`.
+ * Unlike fsync(2), the first sync of a file this process created (ACSecureFileFsync, Fdatasync or
+ * an O_DSYNC write) also fsyncs its directory, so the new name survives with the data; a failure
+ * there fails the call (errno of the directory's fsync), and the next sync tries again. A rename
+ * (ACSecureFileRename) is made durable as with rename(2): fsync the directory yourself.
  *
  * Returns 0, or -1 with errno EBADF, EIO, ENOSPC, EDQUOT, EROFS/EINVAL (as fsync), EACCES (no keys
  * for buffered data: ACE_NO_KEYS_ERROR). fsync(fd) on the descriptor itself does not write the
