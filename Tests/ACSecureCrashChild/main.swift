@@ -294,13 +294,19 @@ func runShape(store: String, path: String, shape: String, killAt: Int, tearSecto
                 try file.writev([UnsafeRawBufferPointer(rebasing: b[0..<third]), UnsafeRawBufferPointer(rebasing: b[third..<2 * third]),
                                  UnsafeRawBufferPointer(rebasing: b[(2 * third)...])])
             }
-        case .writeBackThenClose:
-            // 100-byte writes collected in memory, written by close (the flush is the operation).
+        case .writeBackThenClose, .writeBackThenSync, .writeBackThenFlush, .writeBackThenLock:
+            // 100-byte writes collected in memory, written by close, fsync, flush or a services lock
+            // (that write is the operation).
             let file = try SecureFile.open(path, flags: O_RDWR, services: services, buffering: .writeBack)
             for start in stride(from: 0, to: s.count, by: 100) {
                 _ = try data[start..<min(s.count, start + 100)].withUnsafeBytes { try file.pwrite($0, at: Int64(s.offset + start)) }
             }
-            try file.close()
+            switch s.kind {
+            case .writeBackThenSync: try file.sync()
+            case .writeBackThenFlush: try file.flush()
+            case .writeBackThenLock: services.lock()
+            default: try file.close()
+            }
         }
         SecureFileTesting.transferFaultInjector = nil
         emit("C \(counter.calls)")
@@ -327,8 +333,10 @@ struct CrashShape {
         case truncatingOpenThenWrite = "trunc-write"
         /// The file does not exist: a creating open, then a write.
         case createThenWrite = "create-write"
-        /// A write-back handle collects the bytes in 100-byte writes; close writes them.
+        /// A write-back handle collects the bytes in 100-byte writes; close writes them (or fsync,
+        /// flush, a services lock).
         case writeBackThenClose = "writeback"
+        case writeBackThenSync = "writeback-sync", writeBackThenFlush = "writeback-flush", writeBackThenLock = "writeback-lock"
     }
     let name: String
     let before: Int
@@ -370,6 +378,9 @@ struct CrashShape {
         CrashShape("writeback-into-empty", 0, .writeBackThenClose, 0, 10000),
         CrashShape("create-then-write", 0, .createThenWrite, 0, 9000),
         CrashShape("writeback-aligned-append", 8192, .writeBackThenClose, 8192, 20000),
+        CrashShape("writeback-at-fsync", 5000, .writeBackThenSync, 5000, 20000),
+        CrashShape("writeback-at-flush", 8192, .writeBackThenFlush, 8192, 9000),
+        CrashShape("writeback-at-lock", 0, .writeBackThenLock, 0, 30000),
     ]
 
     init(_ name: String, _ before: Int, _ kind: Kind, _ offset: Int, _ count: Int) {
