@@ -37,6 +37,30 @@ do {
             if k == 0 { say("ready") }
             k += 1
         }
+    #if ACSECURE_SYSCALL_MOCKING
+    case "atomic-kill-at", "rename-kill-at":
+        // Rewrites the file with version 2 atomically (or renames <path>.new, version 2, over it),
+        // SIGKILLed right before system call number <killAt> (arguments[3]; -1: not at all).
+        // Prints "C <calls>" when the operation completed.
+        let killAt = Int(arguments[3]) ?? -1
+        final class Counter: @unchecked Sendable { var calls = 0 }
+        let counter = Counter()
+        let renaming = mode == "rename-kill-at"
+        if renaming { try version(2).write(toSecureFile: path + ".new", options: []) }
+        let newVersion = version(2)
+        SecureFileTesting.faultInjector = { _ in
+            defer { counter.calls += 1 }
+            if counter.calls == killAt { kill(getpid(), SIGKILL) }
+            return nil
+        }
+        if renaming {
+            try SecureFileSystem.rename(path + ".new", path)
+        } else {
+            try newVersion.write(toSecureFile: path, options: .atomic)
+        }
+        SecureFileTesting.faultInjector = nil
+        say("C \(counter.calls)")
+    #endif
     // The plain methods must stop the program with a message naming the throwing method.
     case "write-on-reader":
         let handle = ACFileHandle(forReadingAtPath: path)!

@@ -43,6 +43,35 @@ final class AtomicWriteCrashTests: SecureFoundationTestCase {
         return .whole(k)
     }
 
+    #if ACSECURE_SYSCALL_MOCKING
+    /// An atomic rewrite of a secure file through the Foundation layer, and a rename of a secure
+    /// file over another, each SIGKILLed right before every system call it makes: the file is
+    /// always a whole old or new version, never anything else, and never missing.
+    func testAtomicWriteAndRenameKilledAtEverySystemCall() throws {
+        for mode in ["atomic-kill-at", "rename-kill-at"] {
+            let p = path("every-call-\(mode)")
+            try version(1).write(toSecureFile: p, options: [])
+            let full = try CrashHelper.run([mode, p, "-1"], home: directory + "/store", appID: appID)
+            guard let done = full.output.split(separator: "\n").first(where: { $0.hasPrefix("C ") }), let calls = Int(done.dropFirst(2)) else {
+                XCTFail("\(mode): the uninterrupted run did not complete: \(full.status) \(full.output)")
+                continue
+            }
+            XCTAssertEqual(outcome(p), .whole(2), mode)
+            XCTAssertGreaterThanOrEqual(calls, mode == "rename-kill-at" ? 1 : 5, "\(mode): \(calls) system calls")
+            for killAt in 0..<calls {
+                try version(1).write(toSecureFile: p, options: [])
+                unlink(p + ".new")
+                let r = try CrashHelper.run([mode, p, String(killAt)], home: directory + "/store", appID: appID)
+                XCTAssertEqual(r.status.signal, SIGKILL, "\(mode) killed before call \(killAt): \(r.status) \(r.output)")
+                let o = outcome(p)
+                XCTAssertTrue(o == .whole(1) || o == .whole(2), "\(mode) killed before call \(killAt): \(o)")
+            }
+        }
+    }
+
+    func version(_ k: UInt64) -> Data { Data(writeLoopVersion(k)) }
+    #endif
+
     /// Kills a child that rewrites the file in a loop at random moments; run `rounds` times.
     func killWhileWriting(atomic: Bool, rounds: Int, seed: UInt64) throws -> [Outcome] {
         var rng = SplitMix64(seed: seed)
