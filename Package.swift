@@ -14,6 +14,8 @@ let package = Package(
         // The C API as a static part of another package's executable: the fuzz targets (fuzz/) call it
         // in process, on the same engine as ACSecureFileKit.
         .library(name: "ACSecureFileCAPIKit", targets: ["CACSecureFile", "ACSecureFileCAPI"]),
+        // The in-memory file system the fuzz targets run the engine on (test support, not an API).
+        .library(name: "ACSystemCallsTesting", targets: ["ACSystemCallsTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -26,6 +28,9 @@ let package = Package(
         // Every file-system call of every module: EINTR and short-transfer retries, and (debug builds
         // only, ACSECURE_SYSCALL_MOCKING) per-thread fault injection and an in-memory backend.
         .target(name: "ACSystemCalls", dependencies: ["CACSecureLinux"]),
+        // Beside it, for tests and the fuzzers only (no library module depends on it): an in-memory
+        // file system that `Sys` can run on instead of the kernel (debug builds, ACSECURE_SYSCALL_MOCKING).
+        .target(name: "ACSystemCallsTesting", dependencies: ["ACSystemCalls", "ACCrypto"]),
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium);
         // also the one lock type every module uses (Lock.swift: a pthread mutex, which TSan understands).
         .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
@@ -72,9 +77,9 @@ let package = Package(
         .testTarget(name: "ACSecureSharingTests", dependencies: ["ACSystemCalls", "ACSecureSharing", "ACSecureSharingCore", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureTestSupport"]),
         // The child process of ACSecureSharingTests: another app on the same store, or an extension without services.
         .executableTarget(name: "ACSecureSharingTestHost", dependencies: ["ACSecureSharing", "ACSecureFileCore", "ACSecureServices", "ACCrypto"], path: "Tests/ACSecureSharingTestHost"),
-        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFileCoreTests", dependencies: ["ACSystemCalls", "ACSystemCallsTesting", "ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureFuzzHarness", "ACSecureTestSupport"]),
         // The fuzz targets' logic (fuzz/Harness, also built by fuzz/Package.swift), so the unit tests replay fuzz/FailCases.
-        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing", "ACSecureFileCAPI", "CACSecureFile"], path: "fuzz/Harness"),
+        .target(name: "ACSecureFuzzHarness", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACCrypto", "ACSecureSharing", "ACSecureFileCAPI", "CACSecureFile", "ACSystemCallsTesting"], path: "fuzz/Harness"),
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.

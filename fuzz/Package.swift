@@ -34,7 +34,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "FuzzHarness", dependencies: [.product(name: "ACSecureFileKit", package: parentIdentity),
-                                                   .product(name: "ACSecureFileCAPIKit", package: parentIdentity)], path: "Harness"),
+                                                   .product(name: "ACSecureFileCAPIKit", package: parentIdentity),
+                                                   .product(name: "ACSystemCallsTesting", package: parentIdentity)], path: "Harness"),
         .executableTarget(name: "FuzzSecureFileParse", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzOperationSequence", dependencies: ["FuzzHarness"]),
         .executableTarget(name: "FuzzSeedStoreParse", dependencies: ["FuzzHarness"]),

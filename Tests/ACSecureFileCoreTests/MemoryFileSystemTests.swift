@@ -5,6 +5,7 @@ import XCTest
 import ACSecureTestSupport
 import ACCrypto
 @testable @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 
 /// The in-memory file system the fuzzers run on must behave as the kernel does for what they do:
 /// the same random sequences of open / read / write / pread / pwrite / readv / writev / lseek /
@@ -181,8 +182,8 @@ final class MemoryFileSystemTests: XCTestCase {
     func testTheEngineRunsOnMemoryFiles() throws {
         let env = try TestEnvironment()
         let fs = MemoryFileSystem()
-        SecureFileTesting.useMemoryFileSystem(fs)
-        defer { SecureFileTesting.useMemoryFileSystem(nil); SecureFileTesting.faultInjector = nil }
+        MemoryFileSystem.use(fs)
+        defer { MemoryFileSystem.use(nil); SecureFileTesting.faultInjector = nil }
         let path = env.path("memory-file")
         let data = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         var f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
@@ -220,14 +221,14 @@ final class MemoryFileSystemTests: XCTestCase {
     func testTheKernelIsBackWhenSwitchedOff() throws {
         let env = try TestEnvironment()
         let fs = MemoryFileSystem()
-        SecureFileTesting.useMemoryFileSystem(fs)
+        MemoryFileSystem.use(fs)
         try { () throws in
             let f = try SecureFile.open(env.path("x"), flags: O_RDWR | O_CREAT, services: env.services)
             try f.write([1, 2, 3])
             try f.close()
         }()
         XCTAssertEqual(fs.openDescriptorCount, 0, "a memory descriptor outlived its files")
-        SecureFileTesting.useMemoryFileSystem(nil)
+        MemoryFileSystem.use(nil)
         let path = env.path("memory-file")
         let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
         XCTAssertLessThan(f.fileDescriptor, MemoryFileSystem.firstDescriptor)

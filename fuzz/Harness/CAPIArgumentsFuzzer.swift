@@ -6,6 +6,7 @@
 import Glibc
 #endif
 @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 import CACSecureFile
 import ACSecureFileCAPI
 

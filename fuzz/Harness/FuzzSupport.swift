@@ -6,6 +6,7 @@
 import Glibc
 #endif
 @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 
 /// A fuzz finding: what went wrong, never the plaintext or key bytes.
 public struct FuzzFinding: Error, CustomStringConvertible {
@@ -75,19 +76,19 @@ enum FuzzFileSystem {
     static let shared = MemoryFileSystem()
 
     static func run<R>(fresh: Bool = true, _ body: (MemoryFileSystem) -> R) -> R {
-        let previous = SecureFileTesting.memoryFileSystem
+        let previous = MemoryFileSystem.current
         if fresh { shared.removeAll() }
-        SecureFileTesting.useMemoryFileSystem(shared)
-        defer { SecureFileTesting.useMemoryFileSystem(previous) }
+        MemoryFileSystem.use(shared)
+        defer { MemoryFileSystem.use(previous) }
         return body(shared)
     }
 
     /// Runs `body` on the kernel's file system: the store (a real directory, which the in-memory file
     /// system does not model) is read through the same system-call layer as the files.
     static func onRealFiles<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        let memory = SecureFileTesting.memoryFileSystem
-        SecureFileTesting.useMemoryFileSystem(nil)
-        defer { SecureFileTesting.useMemoryFileSystem(memory) }
+        let memory = MemoryFileSystem.current
+        MemoryFileSystem.use(nil)
+        defer { MemoryFileSystem.use(memory) }
         return try body()
     }
 }

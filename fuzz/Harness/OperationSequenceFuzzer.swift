@@ -8,6 +8,7 @@ import Glibc
 import ACCrypto
 import ACSecureServices
 @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 
 /// Fuzz target 2: the input decodes to a sequence of open / read / write / pread / pwrite / readv /
 /// writev / lseek / ftruncate / fsync / close / reopen / lock / unlock calls, applied to a plain file

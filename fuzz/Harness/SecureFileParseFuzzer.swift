@@ -8,6 +8,7 @@ import Glibc
 import ACCrypto
 import ACSecureServices
 @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 
 /// Fuzz target 1: untrusted bytes as a secure file (header, chunks, trailer), opened and read with
 /// the right key. The only acceptable outcomes are the original plaintext (at the offsets read) or

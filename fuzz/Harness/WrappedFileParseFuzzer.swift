@@ -7,6 +7,7 @@ import Glibc
 #endif
 import ACSecureServices
 @_spi(Testing) import ACSecureFileCore
+@_spi(Testing) import ACSystemCallsTesting
 @_spi(Fuzzing) import ACSecureSharing
 
 /// Fuzz target 5: extension wrapped files (`ACUnwrappedFile`, "ACWF" files: a secure file of key class 3

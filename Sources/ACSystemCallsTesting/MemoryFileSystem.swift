@@ -16,7 +16,8 @@ import ACCrypto
 /// Descriptors are numbered from `firstDescriptor` up, so a stray real system call on one fails
 /// with `EBADF` instead of touching a real file.
 ///
-/// Installed with `SecureFileTesting.useMemoryFileSystem(_:)`.
+/// Installed with `MemoryFileSystem.use(_:)`. A test-support module beside the system-call layer it
+/// stands in for: no library module depends on it, only tests and the fuzzers.
 @_spi(Testing) public final class MemoryFileSystem: SystemCallBackend, @unchecked Sendable {
     /// The first descriptor number handed out (far above what the process holds for real).
     public static let firstDescriptor: Int32 = 1 << 20
@@ -428,15 +429,15 @@ import ACCrypto
     }
 }
 
-extension SecureFileTesting {
+extension MemoryFileSystem {
     /// Routes every system call of every module (`Sys`) to `fileSystem` (nil: back to the kernel).
     /// For tests and fuzzers; set it only while no other thread makes file-system calls and no file
     /// is open. Release builds of the library have no such hook (Package.swift).
-    @_spi(Testing) public static func useMemoryFileSystem(_ fileSystem: MemoryFileSystem?) {
+    public static func use(_ fileSystem: MemoryFileSystem?) {
         SystemCallBackends.installed = fileSystem
     }
 
     /// The in-memory file system in use, if any.
-    @_spi(Testing) public static var memoryFileSystem: MemoryFileSystem? { SystemCallBackends.installed as? MemoryFileSystem }
+    public static var current: MemoryFileSystem? { SystemCallBackends.installed as? MemoryFileSystem }
 }
 #endif
