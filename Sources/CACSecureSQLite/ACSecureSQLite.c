@@ -115,6 +115,7 @@ typedef struct ACSQLFile {
     int lockLevel;       /* SQLITE_LOCK_* held by this connection */
     int markWritten;     /* this EXCLUSIVE lock has stored a new change mark */
     int needsDirSync;    /* a new journal: sync its directory at the first xSync */
+    int persistWAL;      /* SQLITE_FCNTL_PERSIST_WAL, kept as the unix VFS keeps it */
     int lastErrno;
     char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
     /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
@@ -755,6 +756,23 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
         return f->inode != NULL ? acsqlFlushAll(f) : SQLITE_OK;  /* a temporary database needs no commit */
     case SQLITE_FCNTL_VFSNAME:
         *(char **)arg = sqlite3_mprintf("%s", ACSECURE_SQLITE_VFS_NAME);
+        return SQLITE_OK;
+    case SQLITE_FCNTL_PERSIST_WAL:
+        /* As the unix VFS answers it: a negative value asks, any other sets. Applications set it
+         * when they open a database (GRDB does), also in rollback mode: refusing it made their open
+         * fail. It has no effect while WAL is refused. */
+        if (*(int *)arg < 0) *(int *)arg = f->persistWAL; else f->persistWAL = *(int *)arg != 0;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_POWERSAFE_OVERWRITE:
+        /* Asked, the answer is 0 (xDeviceCharacteristics): a chunk rewrite is not powersafe, a torn
+         * one fails authentication as a whole. Setting 0 is accepted; setting 1 is accepted as the
+         * unix VFS does, but not honoured, and said so in the log: claiming it would be false. */
+        if (*(int *)arg < 0) {
+            *(int *)arg = 0;
+        } else if (*(int *)arg != 0) {
+            sqlite3_log(SQLITE_OK, "acsecure: %s: SQLITE_FCNTL_POWERSAFE_OVERWRITE=1 is not honoured (a torn chunk write fails as a whole)",
+                        f->path ? f->path : "(temporary file)");
+        }
         return SQLITE_OK;
     case SQLITE_FCNTL_PRAGMA: {
         /* Refuse WAL with a message instead of SQLite's silent fallback to the old journal mode. */

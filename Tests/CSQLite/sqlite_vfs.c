@@ -166,6 +166,18 @@ static int runWorkload(const char *dir) {
     CHECK(stat(securePath, &st) == 0 && st.st_size > 500000, "the secure database is too small");
 
     secure = openDB(securePath, "acsecure");
+    /* File controls the unix VFS answers: PERSIST_WAL asked and set (an application that sets it at
+     * open must still open), POWERSAFE_OVERWRITE asked (never true here) and set to 0. */
+    int v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_PERSIST_WAL, &v) == SQLITE_OK && v == 0, "PERSIST_WAL asked: rc or value %d", v);
+    v = 1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_PERSIST_WAL, &v) == SQLITE_OK, "PERSIST_WAL set");
+    v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_PERSIST_WAL, &v) == SQLITE_OK && v == 1, "PERSIST_WAL after setting it: %d", v);
+    v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_POWERSAFE_OVERWRITE, &v) == SQLITE_OK && v == 0, "POWERSAFE_OVERWRITE asked: %d", v);
+    v = 0;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_POWERSAFE_OVERWRITE, &v) == SQLITE_OK, "POWERSAFE_OVERWRITE set to 0");
     char *reopened = query(secure, checks);
     CHECK(strcmp(reopened, expected) == 0, "results differ after reopening");
     free(reopened);
