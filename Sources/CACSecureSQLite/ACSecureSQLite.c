@@ -763,6 +763,18 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
          * fail. It has no effect while WAL is refused. */
         if (*(int *)arg < 0) *(int *)arg = f->persistWAL; else f->persistWAL = *(int *)arg != 0;
         return SQLITE_OK;
+    case SQLITE_FCNTL_HAS_MOVED: {
+        /* As the unix VFS: the name no longer leads to this file (deleted, renamed or replaced).
+         * The descriptor's own device and inode are compared with the path's (lstat, no key). */
+        struct stat open, named;
+        int moved = 1;
+        if (f->path != NULL && ACSecureFstat(acsqlFD(f), &open) == 0 && stat(f->path, &named) == 0)
+            moved = open.st_dev != named.st_dev || open.st_ino != named.st_ino;
+        else if (f->path == NULL)
+            moved = 0;
+        *(int *)arg = moved;
+        return SQLITE_OK;
+    }
     case SQLITE_FCNTL_POWERSAFE_OVERWRITE:
         /* Asked, the answer is 0 (xDeviceCharacteristics): a chunk rewrite is not powersafe, a torn
          * one fails authentication as a whole. Setting 0 is accepted; setting 1 is accepted as the

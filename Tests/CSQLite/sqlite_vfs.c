@@ -178,6 +178,16 @@ static int runWorkload(const char *dir) {
     CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_POWERSAFE_OVERWRITE, &v) == SQLITE_OK && v == 0, "POWERSAFE_OVERWRITE asked: %d", v);
     v = 0;
     CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_POWERSAFE_OVERWRITE, &v) == SQLITE_OK, "POWERSAFE_OVERWRITE set to 0");
+    v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_HAS_MOVED, &v) == SQLITE_OK && v == 0, "HAS_MOVED of an open database: %d", v);
+    char moved[4200];
+    snprintf(moved, sizeof moved, "%s-moved", securePath);
+    CHECK(rename(securePath, moved) == 0, "rename the database");
+    v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_HAS_MOVED, &v) == SQLITE_OK && v == 1, "HAS_MOVED after a rename: %d", v);
+    CHECK(rename(moved, securePath) == 0, "rename the database back");
+    v = -1;
+    CHECK(sqlite3_file_control(secure, "main", SQLITE_FCNTL_HAS_MOVED, &v) == SQLITE_OK && v == 0, "HAS_MOVED once back: %d", v);
     char *reopened = query(secure, checks);
     CHECK(strcmp(reopened, expected) == 0, "results differ after reopening");
     free(reopened);

@@ -46,8 +46,8 @@
  * and in a database while the database's journal exists (the rollback restores the page);
  * anywhere else it is an error (SQLITE_IOERR_READ), never wrong data.
  *
- * File controls: SQLITE_FCNTL_LOCKSTATE, VFSNAME, SYNC, COMMIT_PHASETWO and PRAGMA (journal_mode=WAL
- * is refused with a message) as the unix VFS; SQLITE_FCNTL_PERSIST_WAL is asked and set as there
+ * File controls: SQLITE_FCNTL_LOCKSTATE, VFSNAME, SYNC, COMMIT_PHASETWO, HAS_MOVED (the path no
+ * longer names the open file) and PRAGMA (journal_mode=WAL is refused with a message) as the unix VFS; SQLITE_FCNTL_PERSIST_WAL is asked and set as there
  * (it has no effect while WAL is refused, but an application that sets it when it opens a database
  * opens); SQLITE_FCNTL_POWERSAFE_OVERWRITE is asked (always 0, see above) and may be set, but a 1 is
  * not honoured (sqlite3_log says so). Others answer SQLITE_NOTFOUND, which SQLite treats as "no
