@@ -185,12 +185,9 @@ enum OpenFiles {
             }
         }
         switch parsed {
-        case .success(var header):
+        case .success(let header):
             try shared.setLayout(header.layout)
-            // The record is the disk's, not part of the header the state keeps (and rewrites).
-            shared.pendingEndRecorded = header.pendingEnd
-            header.pendingEnd = nil
-            shared.header = header
+            shared.adoptHeader(header)
             // A length that is not a valid file length (an interrupted write or tampering) is
             // resolved by the end check below: recovered, or refused for changes.
             shared.diskSize = header.layout.plaintextSize(forPhysicalSize: physical) ?? 0

@@ -108,7 +108,7 @@ extension SecureFile {
         let synchronized: Durability? = flags & O_SYNC == O_SYNC ? .full : flags & O_DSYNC != 0 ? .data : nil
         let file = SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
                               buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
-        if opened.created { shared.lock.withLock { shared.directoryToSync = directory(of: path) } }
+        if opened.created { shared.lock.withLock { shared.directoryToSync = Sys.directory(of: path) } }
         guard opened.unnamed else { return file }
         // The new file has its header: now it gets its name (and exists for others).
         switch Sys.linkDescriptor(fd, to: path) {
@@ -156,7 +156,8 @@ extension SecureFile {
             }
         }
         let readWrite = kernelFlags & ~O_ACCMODE | O_RDWR
-        // Twice at most: a name another process creates between the two steps is opened next time.
+        // Three rounds at most: a name another process creates between the two steps is opened in
+        // the next round.
         for _ in 0..<3 {
             if !exclusive {
                 switch Sys.open(path, kernelFlags, 0) {
@@ -165,7 +166,7 @@ extension SecureFile {
                 case .failure(let e): throw failure(e)
                 }
             }
-            switch Sys.open(directory(of: path), Sys.unnamedFileFlag | O_RDWR | O_CLOEXEC, mode) {
+            switch Sys.open(Sys.directory(of: path), Sys.unnamedFileFlag | O_RDWR | O_CLOEXEC, mode) {
             case .success(let fd):
                 return KernelOpen(fd: fd, writable: true, created: true, unnamed: true)
             case .failure(let e) where [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(e.rawValue):
@@ -190,11 +191,6 @@ extension SecureFile {
         }
     }
 
-    /// The directory a new file of `path` goes in.
-    static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
 
     /// When writes reach the file.
     public enum Buffering: Sendable, Equatable {

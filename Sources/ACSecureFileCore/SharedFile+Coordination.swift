@@ -75,13 +75,11 @@ extension SharedFile {
         }
         if !hasHeader, physical > 0 {
             // Another process gave the empty file its header (or a new one): read it.
-            guard case .success(var h) = FileHeader.read(from: ioFD) else {
+            guard case .success(let h) = FileHeader.read(from: ioFD) else {
                 throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
             }
             try setLayout(h.layout)
-            pendingEndRecorded = h.pendingEnd
-            h.pendingEnd = nil
-            header = h
+            adoptHeader(h)
             keyGeneration = 0
             cipher = nil
             dataKey = nil

@@ -69,12 +69,21 @@ extension SharedFile {
     }
 
     /// Where the record's end is the file's end: a trailer for it authenticates at its place (with
-    /// its last chunk), and the file goes on after it. Returns its physical end, or nil.
-    func pendingEndTakesPrecedence(physical: Int64) throws(SecureFileError) -> Int64? {
+    /// its last chunk), and the file goes on after it. Returns that end (physical and plaintext), or nil.
+    func pendingEndTakesPrecedence(physical: Int64) throws(SecureFileError) -> (end: Int64, size: Int64)? {
         guard let candidate = pendingEndRecorded, hasHeader, cipher != nil else { return nil }
         let end = layout.physicalSize(forPlaintextSize: candidate)
-        guard end < physical else { return nil }
-        return try endAuthenticates(at: end, size: candidate) == .intact ? end : nil
+        guard end < physical, try endAuthenticates(at: end, size: candidate) == .intact else { return nil }
+        return (end, candidate)
+    }
+
+    /// Takes `h`, just read from disk, as the file's header: its pending-end record is the disk's
+    /// state, kept in `pendingEndRecorded`, not part of the header the state keeps (and rewrites).
+    func adoptHeader(_ h: FileHeader) {
+        var h = h
+        pendingEndRecorded = h.pendingEnd
+        h.pendingEnd = nil
+        header = h
     }
 
     /// Reads the pending-end record from the header on disk (another process may have left one).

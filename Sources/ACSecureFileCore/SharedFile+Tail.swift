@@ -26,8 +26,8 @@ extension SharedFile {
         let physical: Int64
         if let physicalSize { physical = physicalSize } else { physical = try checkIO(Sys.fileSize(ioFD), "statx") }
         // An interrupted change recorded where the file ends if it did not complete.
-        if let pending = try pendingEndTakesPrecedence(physical: physical), let size = pendingEndRecorded {
-            adoptEnd(pending, size: size, physical: physical)
+        if let pending = try pendingEndTakesPrecedence(physical: physical) {
+            adoptEnd(pending.end, size: pending.size, physical: physical)
             return
         }
         let end = layout.physicalSize(forPlaintextSize: diskSize)

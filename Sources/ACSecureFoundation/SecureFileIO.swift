@@ -176,7 +176,7 @@ enum SecureFileIO {
     }
 
     static func syncDirectory(of path: String) throws {
-        let directory = AtomicReplacement(destination: path).directory
+        let directory = Sys.directory(of: path)
         if case .failure(let e) = Sys.syncDirectory(directory) { throw SecureFileError.posix(e.rawValue, "\(directory): fsync") }
     }
 

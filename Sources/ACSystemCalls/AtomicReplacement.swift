@@ -35,10 +35,7 @@ package struct AtomicReplacement: Sendable {
     }
 
     /// The directory whose entry changes (what the final fsync makes durable).
-    package var directory: String {
-        guard let slash = destination.lastIndex(of: "/") else { return "." }
-        return slash == destination.startIndex ? "/" : String(destination[..<slash])
-    }
+    package var directory: String { Sys.directory(of: destination) }
 
     /// A failed step of `publish`: which one, and the errno.
     package struct Failure: Error, Sendable {

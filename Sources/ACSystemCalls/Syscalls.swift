@@ -232,6 +232,13 @@ package enum Sys {
         })
     }
 
+    /// The directory whose entry `path` is (what an fsync makes a new or renamed name durable in):
+    /// "." for a bare name, "/" for a name in the root.
+    package static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
     /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`, a macro Swift does not import): an unnamed file in
     /// the directory given to `open`.
     package static let unnamedFileFlag: Int32 = 0o20_200_000

@@ -55,11 +55,6 @@ enum PlainIO {
         return false
     }
 
-    static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        let d = String(path[..<slash])
-        return d.isEmpty ? "/" : d
-    }
 }
 
 // MARK: output files that appear whole or not at all
@@ -126,7 +121,7 @@ final class PendingOutput {
         do { return try body() } catch {
             var text = error.message
             if creating && text.hasPrefix(temporaryPath + ": ") {
-                text = "\(destination): cannot create a file in \(PlainIO.directory(of: destination))/: "
+                text = "\(destination): cannot create a file in \(Sys.directory(of: destination))/: "
                     + text.dropFirst(temporaryPath.count + 2)
             }
             throw CLIError(error.status, text.replacing(temporaryPath, with: destination))
