@@ -68,8 +68,8 @@ let package = Package(
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureTestSupport"]),
-        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
-        .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSystemCalls", "ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSystemCalls", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),
         // The child process ACSecureFoundationTests SIGKILLs in the middle of an atomic write (and expects to trap on misuse).
         .executableTarget(name: "ACSecureFoundationCrashHelper", dependencies: ["ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureFoundationCrashHelper"),
         // The reference's examples ported as docs/PORTING.md says: a renamed method breaks this build.
@@ -83,7 +83,7 @@ let package = Package(
         // Several of these write one secure file at once (MultiProcessWriterTests).
         .executableTarget(name: "ACSecureMultiWriter", dependencies: ["ACSecureFileCore", "ACSecureServices"], path: "Tests/ACSecureMultiWriter"),
         // The child process CrashConsistencyTests SIGKILLs in the middle of writing.
-        .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureCrashChild"),
+        .executableTarget(name: "ACSecureCrashChild", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACSecureTestSupport"], path: "Tests/ACSecureCrashChild"),
         // The README's Swift code, verbatim (scripts/test.d/35-readme.sh checks that and runs it).
         .executableTarget(name: "ACSecureReadmeExample", dependencies: ["ACSecureFileCore", "ACSecureServices", "ACSecureFoundation"], path: "Tests/ACSecureReadmeExample"),
         // Writes the current-version test vectors of docs/test-vectors (FormatVectorTests checks its output).

@@ -4,6 +4,7 @@ import Glibc
 import CACSecureFile
 import ACSecureFileCore
 import ACSecureServices
+import ACSystemCalls
 
 // The functions of ACSecureFile.h. Each is `@c @implementation`: the compiler checks its Swift
 // signature against the C declaration in CShim/include. `ACSecureFileOpen` itself is variadic
@@ -39,7 +40,7 @@ public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: 
 }
 
 /// `ACSECURE_READ_CACHE_MIB`: whole MiB from 1 to 1024, 0 for no cache; 16 when unset.
-private func readCacheFromEnvironment(_ path: String) throws(SecureFileError) -> SecureFile.ReadCache {
+private func readCacheFromEnvironment(_ path: BytePath) throws(SecureFileError) -> SecureFile.ReadCache {
     guard let raw = getenv("ACSECURE_READ_CACHE_MIB") else { return .bytes(SecureFile.ReadCache.defaultMiB << 20) }
     let text = String(cString: raw)
     let maxMiB = SecureFile.ReadCache.validBytes.upperBound >> 20

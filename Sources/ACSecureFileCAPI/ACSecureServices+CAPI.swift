@@ -5,6 +5,7 @@ import CACSecureFile
 import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
+import ACSystemCalls
 
 // The functions of ACSecureServices.h. Every call but Start works on the process-wide services,
 // starting them from the environment first if nothing has started them yet: otherwise a Lock
@@ -29,12 +30,13 @@ public func ACSecureServicesStartWithOptions(_ appID: UnsafePointer<CChar>?, _ s
                 ?? environmentString("ACSECURE_APP_ID").flatMap({ $0.isEmpty ? nil : $0 }) else {
             throw SecureServicesError(.invalidArgument, "ACSecureServicesStart: no app ID (pass one, or set ACSECURE_APP_ID)")
         }
-        let dir = try storeDirectory.map { p throws(SecureServicesError) in try servicesString(p, "the store directory") }
+        // The store directory byte for byte, as every path of the C API.
+        let dir = storeDirectory.map { BytePath(platformString: $0) }
         let fromEnvironment: UnsafeMutablePointer<CChar>? = getenv("ACSECURE_PASSCODE")
         // An empty $ACSECURE_PASSCODE means "no passcode", as for a new store.
         let passcode = try fromEnvironment.flatMap { (p) throws(SecureServicesError) in p[0] == 0 ? nil : try passcodeBytes(p) }
         SecureServices.current = try SecureServices(
-            appID: id, storeDirectory: dir, passcode: passcode,
+            appID: id, storePath: dir, passcode: passcode,
             requireProtectedStore: options & requireProtected != 0 || SecureServices.environmentFlag("ACSECURE_REQUIRE_PROTECTED_STORE"),
             createStoreIfMissing: options & doNotCreate == 0)
     }

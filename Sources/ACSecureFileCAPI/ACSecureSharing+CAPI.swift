@@ -109,7 +109,7 @@ private func openWrapped(_ path: UnsafePointer<CChar>?, _ sharedGroupID: UnsafeP
         // The same inode as `anchor`, whatever happens to `path` meanwhile.
         let procFD: Bool
         if case .success = Sys.stat("/proc/self/fd") { procFD = true } else { procFD = false }
-        let pinned = procFD ? "/proc/self/fd/\(anchor)" : path
+        let pinned = procFD ? BytePath("/proc/self/fd/\(anchor)") : path
         let opened = try WrappedFiles.open(atPath: pinned, sharedGroupID: group, services: nil)
         handle = opened
         if let actualFileName {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACSecureFileCore
 import ACSecureServices
+import ACSystemCalls
 
 // The one place where Swift errors become C results: a return value, `errno`, and the
 // descriptor's `ACE_*` last error (the value `ACErrorTable` gives the code). `errno` is written
@@ -85,13 +86,10 @@ extension SecureFileError {
     }
 }
 
-/// A path from C. Paths must be valid UTF-8 (the engine takes `String`): repairing invalid bytes
-/// would silently name a different file, so those are refused with EINVAL.
+/// A path from C, byte for byte: POSIX names are bytes (any but NUL and `/` in a component), and
+/// every one `open(2)` takes is passed on as it is, UTF-8 or not.
 @inline(__always)
-func cPath(_ p: UnsafePointer<CChar>?, _ what: String) throws(SecureFileError) -> String {
+func cPath(_ p: UnsafePointer<CChar>?, _ what: String) throws(SecureFileError) -> BytePath {
     guard let p else { throw .cArgument(EFAULT, "\(what): NULL path") }
-    guard let s = String(validatingCString: p) else {
-        throw .cArgument(EINVAL, "\(what): the path is not valid UTF-8")
-    }
-    return s
+    return BytePath(platformString: p)
 }

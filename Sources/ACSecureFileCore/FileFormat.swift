@@ -199,7 +199,7 @@ public struct FileHeader: Sendable, Equatable {
     /// The data key, or nil when `kek` is not the key this file was wrapped under (or the header was
     /// altered). The key class must be `kek`'s: it tells readers which key a file needs.
     /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` naming `path` when no guarded memory is left for the key.
-    func unwrap(with kek: KeyEncryptionKey, path: String = "") throws(SecureFileError) -> SecureBytes? {
+    func unwrap(with kek: KeyEncryptionKey, path: BytePath = "") throws(SecureFileError) -> SecureBytes? {
         let sameKEK = kek.fingerprint.withUnsafeBytes { k in
             fields.withUnsafeBytes { f in constantTimeEqual(k, UnsafeRawBufferPointer(rebasing: f[16..<32])) }
         }

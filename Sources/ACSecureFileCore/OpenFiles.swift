@@ -24,7 +24,7 @@ enum OpenFiles {
         var identity: SharedFile.Identity
         var services: any KeyProvider
         var key: KeySelection
-        var path: String
+        var path: BytePath
         var fd: Int32
         var writable: Bool
         /// This open created the file (it is new, and empty).

@@ -36,7 +36,7 @@ extension SecureFile {
     ///   `EISDIR`/`EINVAL` + `regularFileOnly` for directories and other non-regular files;
     ///   `noKeys` when services are unavailable; `badKeyOrCorruptData` when the file is not a secure
     ///   file or not encrypted with `key`.
-    public static func open(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
+    public static func open(_ path: BytePath, flags: Int32, mode: mode_t = 0o666, key: KeySelection = .app,
                             services: (any KeyProvider)? = nil,
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
@@ -49,12 +49,12 @@ extension SecureFile {
     /// file that is 0 bytes long when the engine reads it is taken as a new secure file (its header
     /// written), as the reference's examples create a file with `FileManager.createFile` and then
     /// open it for writing. No other open does that: a 0-byte file is otherwise a cut secure file.
-    package static func openAdoptingEmptyFile(_ path: String, flags: Int32, key: KeySelection) throws(SecureFileError) -> SecureFile {
+    package static func openAdoptingEmptyFile(_ path: BytePath, flags: Int32, key: KeySelection) throws(SecureFileError) -> SecureFile {
         try open(path, flags: flags, mode: 0o666, key: key, services: nil, sharing: .environmentDefault,
                  buffering: .environmentDefault, readCache: .off, adoptingEmptyFile: true)
     }
 
-    private static func open(_ path: String, flags: Int32, mode: mode_t, key: KeySelection, services: (any KeyProvider)?,
+    private static func open(_ path: BytePath, flags: Int32, mode: mode_t, key: KeySelection, services: (any KeyProvider)?,
                              sharing: Sharing, buffering: Buffering, readCache: ReadCache,
                              adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_SYNC | O_DSYNC
@@ -140,7 +140,7 @@ extension SecureFile {
     /// supported (`EOPNOTSUPP`, `EISDIR`, `EINVAL`, `ENOSYS`: some file systems, the in-memory
     /// backend) the file is created by name with `O_EXCL`, as before: a crash before its header then
     /// leaves a 0-byte file, refused as above.
-    private static func openOrCreate(_ path: String, kernelFlags: Int32, create: Bool, exclusive: Bool,
+    private static func openOrCreate(_ path: BytePath, kernelFlags: Int32, create: Bool, exclusive: Bool,
                                      mode: mode_t) throws(SecureFileError) -> KernelOpen {
         func failure(_ e: Errno) -> SecureFileError {
             if e.rawValue == EISDIR {
@@ -240,7 +240,7 @@ extension SecureFile {
         }
     }
 
-    static func resolveServices(_ services: (any KeyProvider)?, _ path: String) throws(SecureFileError) -> any KeyProvider {
+    static func resolveServices(_ services: (any KeyProvider)?, _ path: BytePath) throws(SecureFileError) -> any KeyProvider {
         if let services { return services }
         do { return try SecureServices.currentOrStartFromEnvironment() } catch {
             throw .ace(.noKeys, "\(path): secure services cannot start (\(error.message))")

@@ -12,7 +12,7 @@ import ACSystemCalls
 /// may be used from many threads: operations on one file are serialised.
 public final class SecureFile: @unchecked Sendable {
     public let fileDescriptor: Int32
-    public let path: String
+    public let path: BytePath
     let shared: SharedFile
     let canRead: Bool
     let canWrite: Bool
@@ -32,7 +32,7 @@ public final class SecureFile: @unchecked Sendable {
     /// The largest plaintext size of a secure file: 2^44 bytes (16 TiB).
     public static let maximumFileSize: Int64 = 1 << 44
 
-    init(fd: Int32, path: String, shared: SharedFile, accessMode: Int32, append: Bool, buffering: Buffering,
+    init(fd: Int32, path: BytePath, shared: SharedFile, accessMode: Int32, append: Bool, buffering: Buffering,
          synchronized: Durability? = nil) {
         self.fileDescriptor = fd
         self.path = path

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACCrypto
 import ACSecureServices
+import ACSystemCalls
 
 /// An error of a secure file operation: the POSIX `errno` a plain file would give, the `ACE_*`
 /// detail, a message that names the file, the error it came from and where it was made.
@@ -36,7 +37,7 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
 
     /// A failed system call: only `errno` applies, except when the process ran out of memory or
     /// descriptors (`ENOMEM`, `EMFILE`, `ENFILE`), which is also `ACE_LOW_MEMORY_ERROR`.
-    public static func posix(_ errno: Int32, _ what: @autoclosure () -> String,
+    public static func posix<What: CustomStringConvertible>(_ errno: Int32, _ what: @autoclosure () -> What,
                              fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         let exhausted = errno == ENOMEM || errno == EMFILE || errno == ENFILE
         return SecureFileError(code: exhausted ? .lowMemory : .noError, errno: errno,
@@ -45,7 +46,7 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
 
     /// A failed cryptographic operation, kept as the cause: out of guarded memory is `ENOMEM` +
     /// `ACE_LOW_MEMORY_ERROR`, anything else (OpenSSL refusing a key or a seal) `ACE_INTERNAL_ERROR`.
-    public static func crypto(_ error: CryptoError, _ what: @autoclosure () -> String,
+    public static func crypto<What: CustomStringConvertible>(_ error: CryptoError, _ what: @autoclosure () -> What,
                               fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         let code: ACErrorCode
         if case .outOfMemory = error { code = .lowMemory } else { code = .internalError }
@@ -54,7 +55,7 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
 
     /// A key provider's failure, kept as the cause, with the code and errno of
     /// `SecureServicesError.aceCode` and `.boundaryErrno`.
-    public static func services(_ error: SecureServicesError, _ what: @autoclosure () -> String,
+    public static func services<What: CustomStringConvertible>(_ error: SecureServicesError, _ what: @autoclosure () -> What,
                                 fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         SecureFileError(code: error.aceCode, errno: error.boundaryErrno,
                         message: "\(what()): \(error.message): \(error.aceCode.name)", cause: error, fileID: fileID, line: line)
@@ -67,11 +68,11 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
 
     /// The error of an open or a call on a file while services are locked (a file state makes it
     /// once: `SharedFile.noKeysError`).
-    static func servicesUnavailable(_ path: String, fileID: String = #fileID, line: Int = #line) -> SecureFileError {
+    static func servicesUnavailable(_ path: BytePath, fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         .ace(.noKeys, "\(path): secure services are unavailable", fileID: fileID, line: line)
     }
 
-    public static func ace(_ code: ACErrorCode, _ what: @autoclosure () -> String,
+    public static func ace<What: CustomStringConvertible>(_ code: ACErrorCode, _ what: @autoclosure () -> What,
                            fileID: String = #fileID, line: Int = #line) -> SecureFileError {
         SecureFileError(code: code, message: "\(what()): \(code.name)", fileID: fileID, line: line)
     }
@@ -86,8 +87,8 @@ public struct SecureFileError: Error, Sendable, CustomStringConvertible {
 
     /// The same error naming `destination` where its message names `temporary`: an atomic
     /// replacement's errors name the file the caller asked for, not the temporary beside it.
-    public func naming(_ destination: String, insteadOf temporary: String) -> SecureFileError {
-        withMessage(message.replacing(temporary, with: destination))
+    public func naming(_ destination: some CustomStringConvertible, insteadOf temporary: some CustomStringConvertible) -> SecureFileError {
+        withMessage(message.replacing(temporary.description, with: destination.description))
     }
 
     public var description: String { message }

@@ -33,7 +33,7 @@ public struct SecureFileInfo: Sendable, Equatable {
 extension SecureFileSystem {
     /// Reads the header of `path` (no key needed). Fails with `badKeyOrCorruptData` for a file that
     /// is not a secure file, or whose length no secure file can have.
-    public static func info(_ path: String) throws(SecureFileError) -> SecureFileInfo {
+    public static func info(_ path: BytePath) throws(SecureFileError) -> SecureFileInfo {
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0) {
         case .success(let f): fd = f
@@ -62,7 +62,7 @@ extension SecureFileSystem {
     /// - Parameters:
     ///   - from: the key that opens the file now.
     ///   - to: the key that will open it afterwards (e.g. `.group("com.example.shared")`).
-    public static func rewrap(_ path: String, from: KeySelection = .app, to: KeySelection,
+    public static func rewrap(_ path: BytePath, from: KeySelection = .app, to: KeySelection,
                               services: (any KeyProvider)? = nil) throws(SecureFileError) {
         let provider = try SecureFile.resolveServices(services, path)
         let kek: KeyEncryptionKey
@@ -73,7 +73,7 @@ extension SecureFileSystem {
     /// Re-wraps under an explicit key-encryption key (for example one from a crypto block).
     /// Handles this process has open on the file keep working only if `recordAs` names a key their
     /// provider can derive.
-    public static func rewrap(_ path: String, from: KeySelection = .app, toKey kek: KeyEncryptionKey,
+    public static func rewrap(_ path: BytePath, from: KeySelection = .app, toKey kek: KeyEncryptionKey,
                               recordAs selection: KeySelection? = nil, services: (any KeyProvider)? = nil) throws(SecureFileError) {
         let file = try SecureFile.open(path, flags: O_RDWR, key: from, services: services)
         do {
@@ -89,7 +89,7 @@ extension SecureFileSystem {
 
     /// Writes the header of `file` re-wrapped under `kek`. Flags and reserved bytes are written as
     /// zero: `FileHeader.parse` accepted only zeros, and `encoded()` writes the reserved bytes itself.
-    private static func rewrapHeader(of file: SecureFile, _ path: String, toKey kek: KeyEncryptionKey,
+    private static func rewrapHeader(of file: SecureFile, _ path: BytePath, toKey kek: KeyEncryptionKey,
                                      recordAs selection: KeySelection?) throws(SecureFileError) {
         try file.withShared { (s: SharedFile) throws(SecureFileError) in
             try s.initializeIfNeeded()

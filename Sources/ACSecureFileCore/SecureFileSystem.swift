@@ -12,7 +12,7 @@ public enum SecureFileSystem {
     /// header alone (no key needed, O(1)), or taken from this process's open state when the file is
     /// open here (cached writes count). Other kinds of file (directories, links, …) are reported
     /// as they are; a regular file that is not a secure file fails with `EIO` + `badKeyOrCorruptData`.
-    public static func lstat(_ path: String) throws(SecureFileError) -> Glibc.stat {
+    public static func lstat(_ path: BytePath) throws(SecureFileError) -> Glibc.stat {
         var st: Glibc.stat
         switch Sys.lstat(path) {
         case .success(let s): st = s
@@ -41,7 +41,7 @@ public enum SecureFileSystem {
 
     /// How many secure file handles this process has open on the file at `path` (symbolic links are
     /// followed, as `open` follows them). Other processes' handles are not counted.
-    public static func openHandleCount(_ path: String) throws(SecureFileError) -> Int {
+    public static func openHandleCount(_ path: BytePath) throws(SecureFileError) -> Int {
         let st: Glibc.stat
         switch Sys.stat(path) {
         case .success(let s): st = s
@@ -51,7 +51,7 @@ public enum SecureFileSystem {
     }
 
     /// `truncate(2)` on a secure file.
-    public static func truncate(_ path: String, to length: Int64, key: KeySelection = .app,
+    public static func truncate(_ path: BytePath, to length: Int64, key: KeySelection = .app,
                                 services: (any KeyProvider)? = nil) throws(SecureFileError) {
         guard length >= 0 else {
             throw SecureFileError(code: .negativeFileLength, errno: EINVAL, message: "\(path): negative length")
@@ -67,7 +67,7 @@ public enum SecureFileSystem {
     }
 
     /// `rename(2)`: moves a secure file without re-encrypting it (the AAD binds the file ID, not the path).
-    public static func rename(_ old: String, _ new: String) throws(SecureFileError) {
+    public static func rename(_ old: BytePath, _ new: BytePath) throws(SecureFileError) {
         if case .failure(let e) = Sys.rename(old, new) { throw .posix(e.rawValue, "\(old) -> \(new)") }
     }
 }
@@ -76,7 +76,7 @@ extension SecureFileSystem {
     /// `fstat` of a descriptor that must be a regular file: anything else is `regularFileOnly`
     /// (EISDIR for a directory, EINVAL for a device, FIFO or socket), the error naming `path` and
     /// ending with `note`. The one check behind open, info and wrapped files.
-    package static func regularFileStat(_ fd: Int32, _ path: String, note: String = "") throws(SecureFileError) -> stat {
+    package static func regularFileStat(_ fd: Int32, _ path: BytePath, note: String = "") throws(SecureFileError) -> stat {
         let st: stat
         switch Sys.fstat(fd) {
         case .success(let s): st = s

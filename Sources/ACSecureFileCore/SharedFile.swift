@@ -30,7 +30,7 @@ final class SharedFile: @unchecked Sendable {
     let services: any KeyProvider
     var keySelection: KeySelection
     /// Path at first open, for messages only.
-    var path: String
+    var path: BytePath
     /// Handles open on this state (guarded by the open-files table, not by `lock`).
     var refCount = 0
     /// Set when the first open failed to load the file: waiters retry instead of using it.
@@ -76,7 +76,7 @@ final class SharedFile: @unchecked Sendable {
     var pendingEndRecorded: Int64?
     /// The directory this process created the file in, until a sync has made the new name durable
     /// too (`makeDurable`): an application that fsyncs a file it just created expects to find it.
-    var directoryToSync: String?
+    var directoryToSync: BytePath?
     /// The end was checked without the record lock (in default mode, or by a forked child) and the
     /// state has since turned coordinated: the first locked operation checks it again, whatever
     /// the length (another process may have been between the two writes of a change then).
@@ -140,7 +140,7 @@ final class SharedFile: @unchecked Sendable {
     /// A state with no file behind it yet: `OpenFiles` creates it under its table lock (no I/O)
     /// and loads it afterwards with only this file's lock held.
     /// - Throws: `ENOMEM` + `ACE_LOW_MEMORY_ERROR` when no guarded memory is left for its buffers.
-    init(identity: Identity, services: any KeyProvider, keySelection: KeySelection, path: String) throws(SecureFileError) {
+    init(identity: Identity, services: any KeyProvider, keySelection: KeySelection, path: BytePath) throws(SecureFileError) {
         self.identity = identity
         self.services = services
         self.keySelection = keySelection

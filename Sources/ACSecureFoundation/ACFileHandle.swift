@@ -43,8 +43,11 @@ import ACSecureServices
 /// A handle keeps its own file position; a read or write and the position update it makes are one
 /// step, so a handle may be shared between threads.
 public final class ACFileHandle: @unchecked Sendable {
-    /// The path the handle was opened with.
-    public let path: String
+    /// The path the handle was opened with, byte for byte.
+    public let filePath: BytePath
+    /// The path the handle was opened with, as text: a name that is not UTF-8 is printed as
+    /// `BytePath.description` does (`\xNN` for its other bytes). `filePath` has the exact bytes.
+    public var path: String { filePath.description }
     /// The encryption group whose key encrypts the file, or nil for the app's own key.
     public let encryptionGroupId: String?
 
@@ -54,21 +57,22 @@ public final class ACFileHandle: @unchecked Sendable {
     private var position: UInt64 = 0
     private var closed = false
 
-    private init(file: SecureFile, path: String, encryptionGroupId: String?) {
+    private init(file: SecureFile, path: BytePath, encryptionGroupId: String?) {
         self.file = file
-        self.path = path
+        self.filePath = path
         self.encryptionGroupId = encryptionGroupId
     }
 
-    private static func open(_ path: String, _ flags: Int32, _ group: String?) throws -> SecureFile {
+    private static func open(_ filePath: BytePath, _ flags: Int32, _ group: String?) throws -> SecureFile {
+        let path = filePath.description
         let key = try SecureFileIO.key(group: group, path: path)
         // A handle for writing takes an existing empty file (FileManager.createFile(atPath:contents: nil),
         // as the reference's examples do) as a new secure file. The engine refuses every other open
         // of a 0-byte file, a creating one too: it may be a secure file cut to 0 bytes.
         if flags & O_ACCMODE != O_RDONLY {
-            return try bridgingErrors(path) { try SecureFile.openAdoptingEmptyFile(path, flags: flags | O_CLOEXEC, key: key) }
+            return try bridgingErrors(path) { try SecureFile.openAdoptingEmptyFile(filePath, flags: flags | O_CLOEXEC, key: key) }
         }
-        return try bridgingErrors(path) { try SecureFile.open(path, flags: flags | O_CLOEXEC, key: key) }
+        return try bridgingErrors(path) { try SecureFile.open(filePath, flags: flags | O_CLOEXEC, key: key) }
     }
 
     deinit {
@@ -106,8 +110,26 @@ public final class ACFileHandle: @unchecked Sendable {
     public convenience init?(forUpdatingAtPath path: String, encryptionGroupId groupId: String) { self.init(path, O_RDWR, groupId) }
 
     private convenience init?(_ path: String, _ flags: Int32, _ group: String?) {
-        guard let file = succeeds({ try Self.open(path, flags, group) }) else { return nil }
-        self.init(file: file, path: path, encryptionGroupId: group)
+        guard let file = succeeds({ try Self.open(BytePath(path), flags, group) }) else { return nil }
+        self.init(file: file, path: BytePath(path), encryptionGroupId: group)
+    }
+
+    // MARK: opening — a byte-exact path (any name open(2) takes, UTF-8 or not)
+
+    /// A handle for reading the file at `path`, whatever bytes its name holds.
+    /// - Throws: as `init(forReadingFrom:)` (a URL).
+    public convenience init(forReadingFrom path: BytePath, encryptionGroupId groupId: String? = nil) throws {
+        self.init(file: try Self.open(path, O_RDONLY, groupId), path: path, encryptionGroupId: groupId)
+    }
+
+    /// A handle for writing the file at `path` (it must exist; an empty file becomes a secure file).
+    public convenience init(forWritingTo path: BytePath, encryptionGroupId groupId: String? = nil) throws {
+        self.init(file: try Self.open(path, O_WRONLY, groupId), path: path, encryptionGroupId: groupId)
+    }
+
+    /// A handle for reading and writing the file at `path`.
+    public convenience init(forUpdating path: BytePath, encryptionGroupId groupId: String? = nil) throws {
+        self.init(file: try Self.open(path, O_RDWR, groupId), path: path, encryptionGroupId: groupId)
     }
 
     // MARK: opening — throwing URL initializers, as FileHandle(forReadingFrom:)
@@ -134,7 +156,7 @@ public final class ACFileHandle: @unchecked Sendable {
     public convenience init(forUpdating url: URL, encryptionGroupId groupId: String) throws { try self.init(url, O_RDWR, groupId) }
 
     private convenience init(_ url: URL, _ flags: Int32, _ group: String?) throws {
-        let path = try SecureFileIO.path(of: url)
+        let path = BytePath(try SecureFileIO.path(of: url))
         self.init(file: try Self.open(path, flags, group), path: path, encryptionGroupId: group)
     }
 
@@ -143,17 +165,17 @@ public final class ACFileHandle: @unchecked Sendable {
     /// `fileHandleForReadingAtPath:error:` — opens an existing secure file for reading.
     /// - Throws: as `init(forReadingFrom:)`.
     public static func fileHandleForReading(atPath path: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_RDONLY, nil), path: path, encryptionGroupId: nil)
+        ACFileHandle(file: try open(BytePath(path), O_RDONLY, nil), path: BytePath(path), encryptionGroupId: nil)
     }
 
     /// `fileHandleForWritingAtPath:error:` — opens an existing file for writing (an empty file becomes a secure file).
     public static func fileHandleForWriting(atPath path: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_WRONLY, nil), path: path, encryptionGroupId: nil)
+        ACFileHandle(file: try open(BytePath(path), O_WRONLY, nil), path: BytePath(path), encryptionGroupId: nil)
     }
 
     /// `fileHandleForUpdatingAtPath:error:` — opens an existing file for reading and writing.
     public static func fileHandleForUpdating(atPath path: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_RDWR, nil), path: path, encryptionGroupId: nil)
+        ACFileHandle(file: try open(BytePath(path), O_RDWR, nil), path: BytePath(path), encryptionGroupId: nil)
     }
 
     /// `fileHandleForReadingFromURL:error:`.
@@ -169,15 +191,15 @@ public final class ACFileHandle: @unchecked Sendable {
     /// group's key, so every app that names the group can open it. An empty group ID fails with
     /// `ACE_INVALID_ARG`; a file of another key with `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`.
     public static func fileHandleForReading(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_RDONLY, groupId), path: path, encryptionGroupId: groupId)
+        ACFileHandle(file: try open(BytePath(path), O_RDONLY, groupId), path: BytePath(path), encryptionGroupId: groupId)
     }
 
     public static func fileHandleForWriting(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_WRONLY, groupId), path: path, encryptionGroupId: groupId)
+        ACFileHandle(file: try open(BytePath(path), O_WRONLY, groupId), path: BytePath(path), encryptionGroupId: groupId)
     }
 
     public static func fileHandleForUpdating(atPath path: String, encryptionGroupId groupId: String) throws -> ACFileHandle {
-        ACFileHandle(file: try open(path, O_RDWR, groupId), path: path, encryptionGroupId: groupId)
+        ACFileHandle(file: try open(BytePath(path), O_RDWR, groupId), path: BytePath(path), encryptionGroupId: groupId)
     }
 
     public static func fileHandleForReading(from url: URL, encryptionGroupId groupId: String) throws -> ACFileHandle {

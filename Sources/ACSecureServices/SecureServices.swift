@@ -4,6 +4,7 @@ import Glibc
 import Dispatch
 import Synchronization
 import ACCrypto
+import ACSystemCalls
 
 /// Whether secure file I/O can be used now (the reference's `ACSecureServicesAvailability`).
 public enum SecureServicesAvailability: Int32, Sendable {
@@ -18,7 +19,10 @@ public enum SecureServicesAvailability: Int32, Sendable {
 /// secure operation fails with `.noKeys`.
 public final class SecureServices: Sendable {
     public let appID: String
-    public let storeDirectory: String
+    /// The store directory, byte for byte.
+    public let storePath: BytePath
+    /// The store directory as text (a name that is not UTF-8 printed as `BytePath.description` does).
+    public var storeDirectory: String { storePath.description }
     /// The HKDF info of the app's key-encryption key, made once: every open looks the key up by it.
     private let appKEKInfo: [UInt8]
     /// Whether these services refuse a seed that is not sealed under a passcode (`.noKeys`): asked
@@ -100,7 +104,15 @@ public final class SecureServices: Sendable {
     public convenience init(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
                             requireProtectedStore: Bool = false, createStoreIfMissing: Bool = true,
                             argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) {
-        try self.init(appID: appID, storeDirectory: storeDirectory, passcode: passcode, requireProtectedStore: requireProtectedStore,
+        try self.init(appID: appID, storePath: storeDirectory.map { BytePath($0) }, passcode: passcode,
+                      requireProtectedStore: requireProtectedStore, createStoreIfMissing: createStoreIfMissing, argonCost: argonCost)
+    }
+
+    /// `init(appID:storeDirectory:...)` for a store directory of any bytes (a name that is not UTF-8 included).
+    public convenience init(appID: String, storePath: BytePath?, passcode: SecureBytes? = nil,
+                            requireProtectedStore: Bool = false, createStoreIfMissing: Bool = true,
+                            argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) {
+        try self.init(appID: appID, storeDirectory: storePath, passcode: passcode, requireProtectedStore: requireProtectedStore,
                       creation: createStoreIfMissing ? .ifMissing : .never, argonCost: argonCost)
     }
 
@@ -109,13 +121,18 @@ public final class SecureServices: Sendable {
     /// while this one was making its seed, is `.storeIO` with `EEXIST`, and nothing is changed.
     public static func createStore(appID: String, storeDirectory: String? = nil, passcode: SecureBytes? = nil,
                                    argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) -> SecureServices {
-        try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: passcode, requireProtectedStore: false,
+        try createStore(appID: appID, storePath: storeDirectory.map { BytePath($0) }, passcode: passcode, argonCost: argonCost)
+    }
+
+    public static func createStore(appID: String, storePath: BytePath?, passcode: SecureBytes? = nil,
+                                   argonCost: Argon2id.Cost = .moderate) throws(SecureServicesError) -> SecureServices {
+        try SecureServices(appID: appID, storeDirectory: storePath, passcode: passcode, requireProtectedStore: false,
                            creation: .required, argonCost: argonCost)
     }
 
     private enum Creation { case ifMissing, never, required }
 
-    private init(appID: String, storeDirectory: String?, passcode: SecureBytes?, requireProtectedStore: Bool,
+    private init(appID: String, storeDirectory: BytePath?, passcode: SecureBytes?, requireProtectedStore: Bool,
                  creation: Creation, argonCost: Argon2id.Cost) throws(SecureServicesError) {
         guard !appID.isEmpty, !appID.utf8.contains(0) else {
             throw SecureServicesError(.invalidArgument, "the app ID must be a non-empty string")
@@ -123,8 +140,8 @@ public final class SecureServices: Sendable {
         let hasPasscode = (passcode?.count ?? 0) > 0
         self.appID = appID
         self.appKEKInfo = lengthPrefixed("app-kek", appID)
-        self.storeDirectory = storeDirectory ?? Self.defaultStoreDirectory()
-        self.store = SeedStore(directory: self.storeDirectory)
+        self.storePath = storeDirectory ?? Self.defaultStorePath()
+        self.store = SeedStore(directory: self.storePath)
         self.argonCost = argonCost
         self.protectedStoreRequested = requireProtectedStore
         self.protectedStoreImplied = Atomic(hasPasscode)
@@ -170,15 +187,26 @@ public final class SecureServices: Sendable {
     /// Whether a store (its seed file) exists in `storeDirectory`. Only a missing seed is `false`: a
     /// seed that cannot be examined throws `.storeIO`, since it is not a missing store.
     public static func storeExists(in storeDirectory: String) throws(SecureServicesError) -> Bool {
-        try SeedStore(directory: storeDirectory).exists()
+        try storeExists(in: BytePath(storeDirectory))
     }
 
-    public static func defaultStoreDirectory() -> String {
-        if let home = environment("ACSECURE_HOME"), !home.isEmpty { return home }
-        if let xdg = environment("XDG_DATA_HOME"), !xdg.isEmpty { return xdg + "/acsecure" }
-        let home = environment("HOME") ?? "/tmp"
-        return home + "/.local/share/acsecure"
+    public static func storeExists(in storePath: BytePath) throws(SecureServicesError) -> Bool {
+        try SeedStore(directory: storePath).exists()
     }
+
+    /// The store directory when none is named, byte for byte from the environment.
+    public static func defaultStorePath() -> BytePath {
+        func variable(_ name: String) -> BytePath? {
+            guard let v = getenv(name), v[0] != 0 else { return nil }
+            return BytePath(platformString: v)
+        }
+        if let home = variable("ACSECURE_HOME") { return home }
+        if let xdg = variable("XDG_DATA_HOME") { return xdg.appending("/acsecure".utf8) }
+        return (variable("HOME") ?? "/tmp").appending("/.local/share/acsecure".utf8)
+    }
+
+    /// `defaultStorePath()` as text.
+    public static func defaultStoreDirectory() -> String { defaultStorePath().description }
 
     // MARK: the process-wide instance
 

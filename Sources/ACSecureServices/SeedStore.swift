@@ -27,8 +27,8 @@ struct SeedStore {
     /// the rename over `seed`; and `seed.tmp.*`, the name older versions used (still removed by `destroy`).
     static let temporaryPrefixes = ["." + "seed" + AtomicReplacement.temporaryMarker, "seed.tmp."]
 
-    let directory: String
-    var seedPath: String { directory + "/seed" }
+    let directory: BytePath
+    var seedPath: BytePath { directory.appending("/seed".utf8) }
 
     enum Protection: UInt8 { case none = 0, passcode = 1 }
 
@@ -76,7 +76,7 @@ struct SeedStore {
             #if DEBUG
             Self.seedFileReadObserver.withLock { $0 }?(.read, bytes)
             #endif
-            return try Self.parse(bytes, seedPath: seedPath)
+            return try Self.parse(bytes, seedPath: seedPath.description)
         }
     }
 
@@ -90,7 +90,7 @@ struct SeedStore {
     /// Parses seed file bytes given as an array (the fuzz target FuzzSeedStoreParse, tests).
     static func parse(_ bytes: [UInt8], seedPath: String) throws(SecureServicesError) -> Sealed {
         // Array's withUnsafeBytes rethrows as `any Error`; the Result keeps the typed error.
-        try bytes.withUnsafeBytes { b in Result { () throws(SecureServicesError) in try parse(b, seedPath: seedPath) } }.get()
+        try bytes.withUnsafeBytes { b in Result { () throws(SecureServicesError) in try parse(b, seedPath: seedPath.description) } }.get()
     }
 
     /// Parses the bytes of a seed file (untrusted: the fuzz target FuzzSeedStoreParse feeds it).
@@ -172,7 +172,7 @@ struct SeedStore {
 
     /// `st` (of the store directory or the seed) must be of `type`, owned by the effective user and
     /// without any group or other permission.
-    static func checkPrivate(_ st: stat, _ path: String, what: String, type: mode_t, repair: String) throws(SecureServicesError) {
+    static func checkPrivate(_ st: stat, _ path: BytePath, what: String, type: mode_t, repair: String) throws(SecureServicesError) {
         guard st.st_mode & S_IFMT == type else {
             throw SecureServicesError(.storeIO, "\(what) \(path) is not a \(type == S_IFDIR ? "directory" : "regular file")", errno: EACCES)
         }
@@ -242,10 +242,10 @@ struct SeedStore {
     /// now and nothing in it is trusted yet (an existing store is refused instead, in `load`).
     func makeDirectory() throws(SecureServicesError) {
         // Relative store directories stay relative (to the working directory).
-        var path = directory.hasPrefix("/") ? "" : "."
-        let parts = directory.split(separator: "/", omittingEmptySubsequences: true)
+        var path: BytePath = directory.bytes.first == UInt8(ascii: "/") ? "" : "."
+        let parts = directory.bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true)
         for (i, part) in parts.enumerated() {
-            path += "/" + part
+            path = path.appending("/".utf8).appending(part)
             if case .failure(let e) = Sys.mkdir(path, i == parts.count - 1 ? 0o700 : 0o755), e.rawValue != EEXIST {
                 throw SecureServicesError(.storeIO, "cannot create \(path) (for the store \(directory)): \(e.text)", errno: e.rawValue)
             }
@@ -274,7 +274,7 @@ struct SeedStore {
         case .failure(let e) where e.rawValue == ENOENT: return
         case .failure(let e): throw SecureServicesError(.storeIO, "cannot list \(directory): \(e.text)", errno: e.rawValue)
         }
-        for name in names.sorted() { try Self.overwriteAndRemove(directory + "/" + name) }
+        for name in names.sorted() { try Self.overwriteAndRemove(directory.appending("/".utf8).appending(name.utf8)) }
         if !names.isEmpty, case .failure(let e) = Sys.syncDirectory(directory) {
             throw SecureServicesError(.storeIO, "cannot fsync \(directory): \(e.text)", errno: e.rawValue)
         }
@@ -284,7 +284,7 @@ struct SeedStore {
         }
     }
 
-    private static func overwriteAndRemove(_ path: String) throws(SecureServicesError) {
+    private static func overwriteAndRemove(_ path: BytePath) throws(SecureServicesError) {
         func failure(_ what: String, _ e: Errno) -> SecureServicesError {
             SecureServicesError(.storeIO, "cannot \(what) \(path): \(e.text)", errno: e.rawValue)
         }
@@ -314,7 +314,7 @@ func bigEndian(_ v: UInt64) -> [UInt8] { (0..<8).reversed().map { UInt8(truncati
 
 /// Reads a small file to its end straight into `buffer` (no other copy) and returns its length; a
 /// file that fills the buffer is not a seed file.
-func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
+func readAll(_ fd: Int32, _ path: BytePath, into buffer: SecureBuffer) throws(SecureServicesError) -> Int {
     let n: Int
     switch buffer.withUnsafeMutableBytes({ Sys.readFull(fd, $0.baseAddress!, $0.count) }) {
     case .success(let got): n = got
@@ -330,7 +330,7 @@ func readAll(_ fd: Int32, _ path: String, into buffer: SecureBuffer) throws(Secu
 /// - Parameter replacement: the temporary name to use (a test plants a link there).
 /// - Returns: false when `replacing` is false and `path` already existed (left as it was).
 @discardableResult
-func writeFileAtomically(_ path: String, _ bytes: [UInt8], replacing: Bool = true,
+func writeFileAtomically(_ path: BytePath, _ bytes: [UInt8], replacing: Bool = true,
                          through replacement: AtomicReplacement? = nil) throws(SecureServicesError) -> Bool {
     func failure(_ step: String, _ e: Errno) -> SecureServicesError {
         SecureServicesError(.storeIO, "cannot write \(path): \(step): \(e.text)", errno: e.rawValue)

@@ -45,6 +45,12 @@ public enum SecureSharing {
     ///   is left unchanged), I/O errors naming the path.
     public static func rotateDataKey(_ path: String, key: KeySelection = .app,
                                      services: (any KeyProvider)? = nil) throws(SecureFileError) {
+        try rotateDataKey(BytePath(path), key: key, services: services)
+    }
+
+    /// `rotateDataKey` for a path of any bytes (a name that is not UTF-8 included).
+    public static func rotateDataKey(_ path: BytePath, key: KeySelection = .app,
+                                     services: (any KeyProvider)? = nil) throws(SecureFileError) {
         let open = try SecureFileSystem.openHandleCount(path)
         guard open == 0 else {
             throw SecureFileError(code: .invalidArgument, errno: EBUSY,

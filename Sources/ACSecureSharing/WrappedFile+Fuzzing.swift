@@ -1,5 +1,6 @@
 import ACSecureServices
 import ACSecureSharingCore
+import ACSystemCalls
 import ACSecureFileCore
 
 /// The wrapped-file reader as the fuzz target FuzzWrappedFileParse calls it (SPI: the fuzz package is
@@ -21,7 +22,7 @@ import ACSecureFileCore
     public static func read(path: String, services: SecureServices, readStep: Int) -> Outcome {
         let reader: WrappedFileReader
         do {
-            reader = try WrappedFiles.open(atPath: path, sharedGroupID: nil, services: services)
+            reader = try WrappedFiles.open(atPath: BytePath(path), sharedGroupID: nil, services: services)
         } catch {
             switch error {
             case .unknownWrapperFormat(let message): return .unknownFormat(message)

@@ -6,6 +6,7 @@ import ACCrypto
 import ACSecureFileCore
 import ACSecureServices
 import ACSecureSharingCore
+import ACSystemCalls
 
 /// The extension's side: wraps a file with a crypto block (the reference's `ACWrappedFile`).
 /// Needs no secure services: the crypto block carries the key.
@@ -26,7 +27,7 @@ public enum ACWrappedFile {
     ///   errors naming the path for I/O failures. On failure `toPath` is unchanged.
     public static func wrapFile(atPath path: String, toPath: String, cryptoBlock: NSData, actualFileName: String? = nil) throws {
         try ACSharingErrors.bridging { () throws(SecureFileError) in
-            try WrappedFiles.wrap(atPath: path, toPath: toPath,
+            try WrappedFiles.wrap(atPath: BytePath(path), toPath: BytePath(toPath),
                                   cryptoBlock: UnsafeRawBufferPointer(start: cryptoBlock.length == 0 ? nil : cryptoBlock.bytes, count: cryptoBlock.length),
                                   actualFileName: actualFileName)
         }
@@ -58,7 +59,7 @@ public enum ACUnwrappedFile {
     ///   - `NSPOSIXErrorDomain` errors (e.g. `ENOENT`) naming the path.
     public static func readWrappedFile(atPath path: String, sharedGroupID: String?, services: SecureServices? = nil) throws -> ACWrappedFileReadHandle {
         do throws(WrappedFileOpenError) {
-            return ACWrappedFileReadHandle(try WrappedFiles.open(atPath: path, sharedGroupID: sharedGroupID, services: services))
+            return ACWrappedFileReadHandle(try WrappedFiles.open(atPath: BytePath(path), sharedGroupID: sharedGroupID, services: services))
         } catch {
             switch error {
             case .unknownWrapperFormat(let message): throw ACSharingErrors.unknownWrapperFormat(path, message)

@@ -46,11 +46,16 @@ package enum WrappedFiles {
     /// partial wrapped file; on failure it is unchanged.
     /// - Throws: `SecureFileError`: `invalidArgument` for a bad crypto block or name, `regularFileOnly`
     ///   for a source that is not a regular file, I/O errors naming the path.
-    package static func wrap(atPath path: String, toPath: String, cryptoBlock: UnsafeRawBufferPointer,
+    package static func wrap(atPath path: BytePath, toPath: BytePath, cryptoBlock: UnsafeRawBufferPointer,
                              actualFileName: String?) throws(SecureFileError) {
         let block = try CryptoBlock.parse(cryptoBlock)
-        let name = try WrappedFileLayout.validateName(actualFileName ?? lastComponent(path))
-        guard !toPath.isEmpty, !toPath.hasSuffix("/") else {
+        guard let defaultName = actualFileName ?? lastComponent(path).string else {
+            // The name record is text (the reference's NSString); a byte name is not guessed at.
+            throw SecureFileError(code: .invalidArgument, errno: EINVAL,
+                                  message: "\(path): the wrapped file's name record is text and this name is not UTF-8; pass the actual file name")
+        }
+        let name = try WrappedFileLayout.validateName(defaultName)
+        guard !toPath.isEmpty, toPath.bytes.last != UInt8(ascii: "/") else {
             throw SecureFileError(code: .invalidArgument, errno: EISDIR, message: "\(toPath): names a directory")
         }
         let source = try openRegularFile(path)
@@ -91,11 +96,11 @@ package enum WrappedFiles {
         }, failure: { SecureFileError.posix($0.errno.rawValue, "\($0.destination): \($0.step)") })
     }
 
-    package static func lastComponent(_ path: String) -> String {
-        String(path.split(separator: "/", omittingEmptySubsequences: true).last ?? "")
+    package static func lastComponent(_ path: BytePath) -> BytePath {
+        BytePath(bytes: path.bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).last ?? []) ?? ""
     }
 
-    private static func openRegularFile(_ path: String) throws(SecureFileError) -> Int32 {
+    private static func openRegularFile(_ path: BytePath) throws(SecureFileError) -> Int32 {
         // O_NONBLOCK: a FIFO must not block the open; a read-only open of a directory succeeds, and
         // the check below refuses it.
         let fd: Int32
@@ -123,7 +128,7 @@ package enum WrappedFiles {
     /// - Throws: `WrappedFileOpenError.unknownWrapperFormat` for a file that is not a wrapped file;
     ///   otherwise the engine's error (`badKeyOrCorruptData` for another group's or a damaged file,
     ///   `noKeys`, `invalidArgument`, I/O errors naming the path).
-    package static func open(atPath path: String, sharedGroupID: String?, services: SecureServices?) throws(WrappedFileOpenError) -> WrappedFileReader {
+    package static func open(atPath path: BytePath, sharedGroupID: String?, services: SecureServices?) throws(WrappedFileOpenError) -> WrappedFileReader {
         try checkIsWrapped(path)
         let context = "\(path): readWrappedFile"
         do throws(SecureFileError) {
@@ -152,7 +157,7 @@ package enum WrappedFiles {
 
     /// Looks at the clear header only: is this a secure file of the wrapped-file key class? Through
     /// the engine's system call layer (`Sys`), like the secure file that is opened next.
-    private static func checkIsWrapped(_ path: String) throws(WrappedFileOpenError) {
+    private static func checkIsWrapped(_ path: BytePath) throws(WrappedFileOpenError) {
         let fd: Int32
         switch Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) {
         case .success(let f): fd = f

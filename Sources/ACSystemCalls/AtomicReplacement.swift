@@ -17,29 +17,29 @@ import Glibc
 /// - the destination is either the old content (or absent) or the new, complete and synced content.
 ///   Only a failure of the final directory fsync leaves the new content in place, not yet durable.
 package struct AtomicReplacement: Sendable {
-    package let destination: String
-    package let temporaryPath: String
+    package let destination: BytePath
+    package let temporaryPath: BytePath
 
     /// The part of a temporary name after `.<name>`: what a cleanup looks for.
     package static let temporaryMarker = ".acsecure-tmp-"
     /// The flags the writer creates `temporaryPath` with (add the access mode).
     package static let exclusiveCreationFlags: Int32 = O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
 
-    package init(destination: String) {
+    package init(destination: BytePath) {
         self.destination = destination
-        let slash = destination.lastIndex(of: "/")
-        let directory = slash.map { String(destination[...$0]) } ?? ""
-        let name = slash.map { String(destination[destination.index(after: $0)...]) } ?? destination
+        let (directory, name) = destination.split
         let random = String(UInt64.random(in: .min ... .max) | 1 << 63, radix: 16)
-        temporaryPath = directory + "." + name + Self.temporaryMarker + random
+        temporaryPath = directory.appending(".".utf8).appending(name.bytes).appending((Self.temporaryMarker + random).utf8)
     }
 
+    package init(destination: String) { self.init(destination: BytePath(destination)) }
+
     /// The directory whose entry changes (what the final fsync makes durable).
-    package var directory: String { Sys.directory(of: destination) }
+    package var directory: BytePath { destination.directory }
 
     /// A failed step of `publish`: which one, and the errno.
     package struct Failure: Error, Sendable {
-        package let destination: String
+        package let destination: BytePath
         package let step: String
         package let errno: Errno
         /// "<destination>: <step>: <strerror>".
@@ -50,7 +50,7 @@ package struct AtomicReplacement: Sendable {
     /// `exclusiveCreationFlags`), writes all of it and closes it; then `publish`. On any failure the
     /// temporary file is removed and the error thrown: `write`'s own, or `failure(Failure)`.
     /// - Parameter replacing: false: fail with `EEXIST` if the destination exists (`link(2)`).
-    package func run<E: Error>(replacing: Bool = true, write: (_ temporaryPath: String) throws(E) -> Void,
+    package func run<E: Error>(replacing: Bool = true, write: (_ temporaryPath: BytePath) throws(E) -> Void,
                                failure: (Failure) -> E) throws(E) {
         do {
             try write(temporaryPath)

@@ -34,8 +34,19 @@ package enum Sys {
 
     // MARK: descriptors
 
+    package static func open(_ path: BytePath, _ flags: Int32, _ mode: mode_t = 0) -> Result<Int32, Errno> {
+        retried(.open, backend: { $0.open(path, flags, mode) }, kernel: { withPath(path) { valueOrErrno(Glibc.open($0, flags, mode)) } })
+    }
+
+    @_disfavoredOverload
     package static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Result<Int32, Errno> {
-        retried(.open, backend: { $0.open(path, flags, mode) }, kernel: { valueOrErrno(Glibc.open(path, flags, mode)) })
+        open(BytePath(path), flags, mode)
+    }
+
+    /// `path` as a C string for `body`; `EINVAL` for a path holding NUL (no file has such a name).
+    @inline(__always)
+    static func withPath<T>(_ path: BytePath, _ body: (UnsafePointer<CChar>) -> Result<T, Errno>) -> Result<T, Errno> {
+        path.withPlatformString(body) ?? .failure(Errno(EINVAL))
     }
 
     /// Closes once; `EINTR` from close is not retried (on Linux the descriptor is already gone) and
@@ -199,41 +210,50 @@ package enum Sys {
     }
 
     // MARK: paths
+    // Each takes a `BytePath` (every name the kernel accepts); the `String` forms are for names the
+    // library makes itself.
 
-    package static func stat(_ path: String) -> Result<stat, Errno> {
+    package static func stat(_ path: BytePath) -> Result<stat, Errno> {
         retried(.stat, backend: { $0.pathStat(path) }, kernel: {
             var st = Glibc.stat()
-            return valueOrErrno(kernelStat(path, &st)).map { _ in st }
+            return withPath(path) { valueOrErrno(kernelStat($0, &st)) }.map { _ in st }
         })
     }
 
-    package static func lstat(_ path: String) -> Result<stat, Errno> {
+    package static func lstat(_ path: BytePath) -> Result<stat, Errno> {
         retried(.stat, backend: { $0.pathStat(path) }, kernel: {
             var st = Glibc.stat()
-            return valueOrErrno(Glibc.lstat(path, &st)).map { _ in st }
+            return withPath(path) { valueOrErrno(Glibc.lstat($0, &st)) }.map { _ in st }
         })
     }
 
-    package static func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
-        retried(.rename, backend: { $0.rename(old, new) }, kernel: { valueOrErrno(Glibc.rename(old, new)).map { _ in () } })
+    package static func rename(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno> {
+        retried(.rename, backend: { $0.rename(old, new) }, kernel: {
+            withPath(old) { o in withPath(new) { n in valueOrErrno(Glibc.rename(o, n)).map { _ in () } } }
+        })
     }
 
     /// `link(2)`: like `rename` but refuses (`EEXIST`) an existing `new`.
-    package static func link(_ old: String, _ new: String) -> Result<Void, Errno> {
-        retried(.link, backend: unsupported, kernel: { valueOrErrno(Glibc.link(old, new)).map { _ in () } })
+    package static func link(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno> {
+        retried(.link, backend: unsupported, kernel: {
+            withPath(old) { o in withPath(new) { n in valueOrErrno(Glibc.link(o, n)).map { _ in () } } }
+        })
     }
 
     /// Gives the file open on `fd` (an unnamed `O_TMPFILE` file) the name `path`: `linkat(2)` of
     /// `/proc/self/fd/<fd>` with `AT_SYMLINK_FOLLOW`, which needs no privilege (`AT_EMPTY_PATH`
     /// does). Fails with `EEXIST` when `path` exists, as `link(2)`.
-    package static func linkDescriptor(_ fd: Int32, to path: String) -> Result<Void, Errno> {
+    package static func linkDescriptor(_ fd: Int32, to path: BytePath) -> Result<Void, Errno> {
         retried(.link, backend: unsupported, kernel: {
-            valueOrErrno(Glibc.linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW)).map { _ in () }
+            withPath(path) { valueOrErrno(Glibc.linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, $0, AT_SYMLINK_FOLLOW)).map { _ in () } }
         })
     }
 
     /// The directory whose entry `path` is (what an fsync makes a new or renamed name durable in):
     /// "." for a bare name, "/" for a name in the root.
+    package static func directory(of path: BytePath) -> BytePath { path.directory }
+
+    @_disfavoredOverload
     package static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
@@ -243,42 +263,49 @@ package enum Sys {
     /// the directory given to `open`.
     package static let unnamedFileFlag: Int32 = 0o20_200_000
 
-    package static func unlink(_ path: String) -> Result<Void, Errno> {
-        retried(.unlink, backend: { $0.unlink(path) }, kernel: { valueOrErrno(Glibc.unlink(path)).map { _ in () } })
+    package static func unlink(_ path: BytePath) -> Result<Void, Errno> {
+        retried(.unlink, backend: { $0.unlink(path) }, kernel: { withPath(path) { valueOrErrno(Glibc.unlink($0)).map { _ in () } } })
     }
 
-    package static func chmod(_ path: String, _ mode: mode_t) -> Result<Void, Errno> {
-        retried(.chmod, backend: unsupported, kernel: { valueOrErrno(Glibc.chmod(path, mode)).map { _ in () } })
+    package static func chmod(_ path: BytePath, _ mode: mode_t) -> Result<Void, Errno> {
+        retried(.chmod, backend: unsupported, kernel: { withPath(path) { valueOrErrno(Glibc.chmod($0, mode)).map { _ in () } } })
     }
 
-    package static func mkdir(_ path: String, _ mode: mode_t) -> Result<Void, Errno> {
-        retried(.mkdir, backend: unsupported, kernel: { valueOrErrno(Glibc.mkdir(path, mode)).map { _ in () } })
+    package static func mkdir(_ path: BytePath, _ mode: mode_t) -> Result<Void, Errno> {
+        retried(.mkdir, backend: unsupported, kernel: { withPath(path) { valueOrErrno(Glibc.mkdir($0, mode)).map { _ in () } } })
     }
 
-    package static func rmdir(_ path: String) -> Result<Void, Errno> {
-        retried(.rmdir, backend: unsupported, kernel: { valueOrErrno(Glibc.rmdir(path)).map { _ in () } })
+    package static func rmdir(_ path: BytePath) -> Result<Void, Errno> {
+        retried(.rmdir, backend: unsupported, kernel: { withPath(path) { valueOrErrno(Glibc.rmdir($0)).map { _ in () } } })
     }
 
-    /// The names in a directory, without "." and "..".
-    package static func directoryEntries(_ path: String) -> Result<[String], Errno> {
+    /// The names in a directory, without "." and "..", as bytes.
+    package static func directoryEntryNames(_ path: BytePath) -> Result<[BytePath], Errno> {
         retried(.readdir, backend: unsupported, kernel: {
-            guard let dir = opendir(path) else { return .failure(Errno(errno)) }
-            defer { closedir(dir) }
-            var names: [String] = []
-            while true {
-                errno = 0
-                guard let entry = readdir(dir) else { break }
-                let name = withUnsafePointer(to: entry.pointee.d_name) {
-                    String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+            withPath(path) { cPath in
+                guard let dir = opendir(cPath) else { return .failure(Errno(errno)) }
+                defer { closedir(dir) }
+                var names: [BytePath] = []
+                while true {
+                    errno = 0
+                    guard let entry = readdir(dir) else { break }
+                    let name = withUnsafePointer(to: entry.pointee.d_name) {
+                        BytePath(platformString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+                    }
+                    if name != "." && name != ".." { names.append(name) }
                 }
-                if name != "." && name != ".." { names.append(name) }
+                return errno == 0 ? .success(names) : .failure(Errno(errno))
             }
-            return errno == 0 ? .success(names) : .failure(Errno(errno))
         })
     }
 
+    /// The names in a directory that are text (the library's own files), without "." and "..".
+    package static func directoryEntries(_ path: BytePath) -> Result<[String], Errno> {
+        directoryEntryNames(path).map { $0.compactMap(\.string) }
+    }
+
     /// Makes the entries of `directory` (a rename or a new name in it) durable: open, fsync, close.
-    package static func syncDirectory(_ directory: String) -> Result<Void, Errno> {
+    package static func syncDirectory(_ directory: BytePath) -> Result<Void, Errno> {
         #if ACSECURE_SYSCALL_MOCKING
         // The in-memory backend has directories only in names, and nothing to lose to a power loss.
         if installedBackend != nil { return .success(()) }
@@ -291,5 +318,19 @@ package enum Sys {
     }
 }
 
+// The library's own names (store files, temporary names built from text).
+extension Sys {
+    @_disfavoredOverload package static func stat(_ path: String) -> Result<stat, Errno> { stat(BytePath(path)) }
+    @_disfavoredOverload package static func lstat(_ path: String) -> Result<stat, Errno> { lstat(BytePath(path)) }
+    @_disfavoredOverload package static func rename(_ old: String, _ new: String) -> Result<Void, Errno> { rename(BytePath(old), BytePath(new)) }
+    @_disfavoredOverload package static func link(_ old: String, _ new: String) -> Result<Void, Errno> { link(BytePath(old), BytePath(new)) }
+    @_disfavoredOverload package static func unlink(_ path: String) -> Result<Void, Errno> { unlink(BytePath(path)) }
+    @_disfavoredOverload package static func chmod(_ path: String, _ mode: mode_t) -> Result<Void, Errno> { chmod(BytePath(path), mode) }
+    @_disfavoredOverload package static func mkdir(_ path: String, _ mode: mode_t) -> Result<Void, Errno> { mkdir(BytePath(path), mode) }
+    @_disfavoredOverload package static func rmdir(_ path: String) -> Result<Void, Errno> { rmdir(BytePath(path)) }
+    @_disfavoredOverload package static func directoryEntries(_ path: String) -> Result<[String], Errno> { directoryEntries(BytePath(path)) }
+    @_disfavoredOverload package static func syncDirectory(_ directory: String) -> Result<Void, Errno> { syncDirectory(BytePath(directory)) }
+}
+
 /// `stat(2)` (inside `Sys`, the name is `Sys.stat`, and `Glibc.stat` is also the struct).
-private func kernelStat(_ path: String, _ st: inout stat) -> Int32 { stat(path, &st) }
+private func kernelStat(_ path: UnsafePointer<CChar>, _ st: inout stat) -> Int32 { stat(path, &st) }

@@ -11,7 +11,7 @@ public enum SystemCall: String, Sendable, CaseIterable {
 /// What `Sys` can run on instead of the kernel (in builds with `ACSECURE_SYSCALL_MOCKING`): the
 /// calls of the engine's descriptors and files. Calls outside it (directories, links, modes) fail with `ENOSYS` while a backend is installed.
 @_spi(Testing) public protocol SystemCallBackend: AnyObject, Sendable {
-    func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno>
+    func open(_ path: BytePath, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno>
     func close(_ fd: Int32) -> Result<Void, Errno>
     func pread(_ fd: Int32, _ buf: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Result<Int, Errno>
     func pwrite(_ fd: Int32, _ buf: UnsafeRawBufferPointer, _ offset: Int64) -> Result<Int, Errno>
@@ -19,12 +19,12 @@ public enum SystemCall: String, Sendable, CaseIterable {
     func write(_ fd: Int32, _ buf: UnsafeRawBufferPointer) -> Result<Int, Errno>
     func fstat(_ fd: Int32) -> Result<stat, Errno>
     /// `stat` and `lstat` of a path (a backend without links has no difference).
-    func pathStat(_ path: String) -> Result<stat, Errno>
+    func pathStat(_ path: BytePath) -> Result<stat, Errno>
     func ftruncate(_ fd: Int32, _ length: Int64) -> Result<Void, Errno>
     /// `fsync` and `fdatasync`.
     func sync(_ fd: Int32) -> Result<Void, Errno>
-    func rename(_ old: String, _ new: String) -> Result<Void, Errno>
-    func unlink(_ path: String) -> Result<Void, Errno>
+    func rename(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno>
+    func unlink(_ path: BytePath) -> Result<Void, Errno>
     func dup(_ fd: Int32) -> Result<Int32, Errno>
     func clearNonblocking(_ fd: Int32) -> Result<Void, Errno>
     func clearCloseOnExec(_ fd: Int32) -> Result<Void, Errno>

@@ -85,7 +85,7 @@ import ACCrypto
     }
 
     private let mutex = PThreadMutex()
-    private var files: [String: Inode] = [:]
+    private var files: [BytePath: Inode] = [:]
     private var descriptors = DescriptorSlots()
     private var nextInode: UInt64 = 2
     /// Inodes of removed files, emptied, and descriptions of closed descriptors, reused by new ones:
@@ -112,10 +112,10 @@ import ACCrypto
     // MARK: Paths
 
     /// The bytes of the file at `path`, or nil if there is none.
-    public func contents(_ path: String) -> [UInt8]? { locked { files[path]?.bytes } }
+    public func contents(_ path: BytePath) -> [UInt8]? { locked { files[path]?.bytes } }
 
     /// Creates or replaces the file at `path` (a new inode when it did not exist).
-    public func setContents(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) {
+    public func setContents(_ path: BytePath, _ bytes: [UInt8], mode: mode_t = 0o600) {
         locked {
             let inode = files[path] ?? newInode(path, mode: mode)
             inode.bytes.removeAll(keepingCapacity: true)
@@ -124,7 +124,7 @@ import ACCrypto
     }
 
     /// A new empty inode at `path` (a spare one when there is one).
-    private func newInode(_ path: String, mode: mode_t) -> Inode {
+    private func newInode(_ path: BytePath, mode: mode_t) -> Inode {
         let inode: Inode
         if let spare = spareInodes.popLast() {
             inode = spare
@@ -139,7 +139,7 @@ import ACCrypto
     }
 
     /// `unlink(2)`: open descriptors keep the file.
-    public func unlink(_ path: String) -> Result<Void, Errno> {
+    public func unlink(_ path: BytePath) -> Result<Void, Errno> {
         locked { files.removeValue(forKey: path) == nil ? .failure(Errno(ENOENT)) : .success(()) }
     }
 
@@ -165,7 +165,7 @@ import ACCrypto
     /// How many descriptors are open (a leak check for tests).
     public var openDescriptorCount: Int { locked { descriptors.count } }
 
-    public func rename(_ old: String, _ new: String) -> Result<Void, Errno> {
+    public func rename(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno> {
         locked {
             guard let inode = files.removeValue(forKey: old) else { return .failure(Errno(ENOENT)) }
             files[new] = inode
@@ -177,10 +177,10 @@ import ACCrypto
 
     /// `open(2)` of a regular file: `O_CREAT`, `O_EXCL`, `O_TRUNC` (also with `O_RDONLY`, as Linux
     /// does), `O_APPEND`, `O_CLOEXEC`; `O_NOFOLLOW`, `O_NOCTTY`, `O_NONBLOCK` change nothing here.
-    public func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
+    public func open(_ path: BytePath, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> {
         locked {
             if path.isEmpty { return .failure(Errno(ENOENT)) }
-            if path.hasSuffix("/") { return .failure(Errno(flags & (O_CREAT | O_ACCMODE) != 0 ? EISDIR : ENOENT)) }
+            if path.bytes.last == UInt8(ascii: "/") { return .failure(Errno(flags & (O_CREAT | O_ACCMODE) != 0 ? EISDIR : ENOENT)) }
             if flags & O_ACCMODE == O_ACCMODE { return .failure(Errno(EINVAL)) }
             // No unnamed files (O_TMPFILE) here: the engine then creates files by name.
             if flags & Sys.unnamedFileFlag == Sys.unnamedFileFlag { return .failure(Errno(EOPNOTSUPP)) }
@@ -274,7 +274,7 @@ import ACCrypto
     }
 
     /// `stat(2)` (no links: `lstat(2)` too).
-    public func pathStat(_ path: String) -> Result<stat, Errno> {
+    public func pathStat(_ path: BytePath) -> Result<stat, Errno> {
         let fd: Int32
         switch open(path, O_RDONLY, 0) {
         case .success(let f): fd = f
@@ -441,3 +441,12 @@ extension MemoryFileSystem {
     public static var current: MemoryFileSystem? { SystemCallBackends.installed as? MemoryFileSystem }
 }
 #endif
+
+// Text names, as tests and the fuzzers write them.
+extension MemoryFileSystem {
+    public func contents(_ path: String) -> [UInt8]? { contents(BytePath(path)) }
+    public func setContents(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) { setContents(BytePath(path), bytes, mode: mode) }
+    public func unlink(_ path: String) -> Result<Void, Errno> { unlink(BytePath(path)) }
+    public func rename(_ old: String, _ new: String) -> Result<Void, Errno> { rename(BytePath(old), BytePath(new)) }
+    public func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno> { open(BytePath(path), flags, mode) }
+}

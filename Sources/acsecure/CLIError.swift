@@ -61,7 +61,8 @@ struct CLIError: Error {
 
     /// A secure services error, about the store at `store`: the same mapping as every other
     /// boundary (`SecureFileError.services`).
-    init(_ error: SecureServicesError, store: String) {
+    init(_ error: SecureServicesError, store: some CustomStringConvertible) {
+        let store = store.description
         self.init(SecureFileError.services(error, error.message.contains(store) ? "store" : "store \(store)"))
     }
 
@@ -75,7 +76,7 @@ struct CLIError: Error {
         self.init(SecureFileError.crypto(error, what))
     }
 
-    static func posix(_ err: Int32, _ what: String) -> CLIError {
+    static func posix(_ err: Int32, _ what: some CustomStringConvertible) -> CLIError {
         CLIError(SecureFileError.posix(err, what))
     }
 

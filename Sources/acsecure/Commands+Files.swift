@@ -11,7 +11,7 @@ import ACSecureSharing
 /// The key that opens `path`, from its header: the app key, or the encryption group among
 /// `groups` whose key fingerprint matches. `groupOption` is the option that names the groups, which
 /// the error for a group file suggests (`share` takes the current group as --from-group).
-func keySelection(for path: String, info: SecureFileInfo, groups: [String], groupOption: String = "--group",
+func keySelection(for path: BytePath, info: SecureFileInfo, groups: [String], groupOption: String = "--group",
                   services: SecureServices) throws(CLIError) -> KeySelection {
     switch info.keyClass {
     case KeyEncryptionKey.KeyClass.app.rawValue:
@@ -43,7 +43,7 @@ func appKeyMismatch(_ services: SecureServices) -> String {
 
 /// Runs `body` for every path, reporting each failure as it happens and going on; at the end a
 /// failure's exit status says something went wrong.
-func forEachPath(_ paths: [String], _ body: (String) throws(CLIError) -> Void) throws(CLIError) {
+func forEachPath(_ paths: [BytePath], _ body: (BytePath) throws(CLIError) -> Void) throws(CLIError) {
     if paths.count == 1 { return try body(paths[0]) }
     var failures: [CLIError] = []
     for path in paths {
@@ -70,8 +70,8 @@ struct Encrypt: ParsableCommand {
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "The plain file (- for standard input).") var input: String
-    @Argument(help: "The secure file to create.") var output: String
+    @Argument(help: "The plain file (- for standard input).") var input: BytePath
+    @Argument(help: "The secure file to create.") var output: BytePath
     @Option(help: ArgumentHelp("Encrypt for this encryption group instead of the app.", valueName: "id")) var group: String?
     @Flag(help: "Replace OUT if it exists (keeping its permission bits).") var force = false
 
@@ -87,7 +87,7 @@ struct Encrypt: ParsableCommand {
 }
 
 /// Encrypts a plain file (or - for stdin) into a new secure file that appears whole or not at all.
-func encryptFile(_ input: String, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
+func encryptFile(_ input: BytePath, to output: BytePath, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
     let fd = input == "-" ? 0 : try PlainIO.open(input, O_RDONLY)
     defer { if fd != 0 { PlainIO.closeAfterReading(fd) } }
     let pending = try PendingOutput(destination: output, force: force)
@@ -97,7 +97,7 @@ func encryptFile(_ input: String, to output: String, key: KeySelection, force: B
     let progress = Progress.make("encrypt \(input)", total: PlainIO.size(fd))
     try pending.namingDestination { () throws(CLIError) in
         do throws(CLIError) {
-            _ = try copyPlain(fd, name: input, into: file, progress: progress)
+            _ = try copyPlain(fd, name: input.description, into: file, progress: progress)
         } catch {
             throw closeAfterFailure(file, pending.temporaryPath, error)
         }
@@ -121,8 +121,8 @@ struct Decrypt: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
-    @Argument(help: "The secure file.") var input: String
-    @Argument(help: "The plain file to create (- for standard output).") var output: String
+    @Argument(help: "The secure file.") var input: BytePath
+    @Argument(help: "The plain file to create (- for standard output).") var output: BytePath
     @Flag(help: "Replace OUT if it exists.") var force = false
 
     func run() throws {
@@ -139,7 +139,7 @@ struct Decrypt: ParsableCommand {
 
 /// `decrypt IN -`: streams the plaintext to standard output as `cat` does (a file is never
 /// created for -).
-func decryptToStandardOutput(_ input: String, info: SecureFileInfo, key: KeySelection, services: SecureServices) throws(CLIError) {
+func decryptToStandardOutput(_ input: BytePath, info: SecureFileInfo, key: KeySelection, services: SecureServices) throws(CLIError) {
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let progress = Progress.make("decrypt \(input)", total: isatty(1) == 1 ? nil : info.plaintextSize)
@@ -148,7 +148,7 @@ func decryptToStandardOutput(_ input: String, info: SecureFileInfo, key: KeySele
 }
 
 /// Decrypts a secure file into a new plain file (0600) that appears only once all of it authenticated.
-func decryptFile(_ input: String, info: SecureFileInfo, to output: String, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
+func decryptFile(_ input: BytePath, info: SecureFileInfo, to output: BytePath, key: KeySelection, force: Bool, services: SecureServices) throws(CLIError) {
     let file = try openSecure(input, flags: O_RDONLY, key: key, services: services)
     defer { try? file.close() }
     let pending = try PendingOutput(destination: output, force: force)
@@ -158,10 +158,10 @@ func decryptFile(_ input: String, info: SecureFileInfo, to output: String, key: 
     var closed = false
     defer { if !closed { PlainIO.closeAfterReading(fd) } }  // only after a failure already thrown
     let progress = Progress.make("decrypt \(input)", total: try? file.size)
-    _ = try copySecure(file, chunkSize: info.chunkSize, to: fd, outputName: output, progress: progress)
+    _ = try copySecure(file, chunkSize: info.chunkSize, to: fd, outputName: output.description, progress: progress)
     progress?.finish()
     closed = true
-    try PlainIO.close(fd, output)  // commit fsyncs the file before the rename
+    try PlainIO.close(fd, output.description)  // commit fsyncs the file before the rename
     try pending.commit(force: force)
 }
 
@@ -181,7 +181,7 @@ struct Cat: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @OptionGroup var secureFiles: SecureFileArguments
-    var files: [String] { secureFiles.files }
+    var files: [BytePath] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()
@@ -211,7 +211,7 @@ struct Write: ParsableCommand {
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "The secure file.") var file: String
+    @Argument(help: "The secure file.") var file: BytePath
     @Option(help: ArgumentHelp("Encrypt the new file for this encryption group instead of the app (with --append: the group whose key protects FILE).", valueName: "id")) var group: String?
     @Flag(help: "Append to an existing secure file (it must exist: --append never creates FILE).") var append = false
     @Flag(help: "Replace FILE if it exists (keeping its permission bits).") var force = false
@@ -259,7 +259,7 @@ struct Write: ParsableCommand {
 
 /// Closes `file` after `error` stopped a write into it. A close that fails too is reported with
 /// the first error, not hidden.
-func closeAfterFailure(_ file: SecureFile, _ path: String, _ error: CLIError) -> CLIError {
+func closeAfterFailure(_ file: SecureFile, _ path: BytePath, _ error: CLIError) -> CLIError {
     do { try file.close() } catch let closeError {
         return CLIError(error.status, "\(error.message); closing \(path) failed too: \(CLIError(closeError).message)")
     }
@@ -278,7 +278,7 @@ struct Share: ParsableCommand {
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "The secure file.") var file: String
+    @Argument(help: "The secure file.") var file: BytePath
     @Option(help: ArgumentHelp("The encryption group to share the file with.", valueName: "id")) var group: String?
     @Flag(help: "Re-wrap under the app's own key again.") var toApp = false
     @Option(help: ArgumentHelp("The group whose key protects the file now (if not the app's).", valueName: "id")) var fromGroup: String?
@@ -317,7 +317,7 @@ struct Rekey: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @OptionGroup var secureFiles: SecureFileArguments
-    var files: [String] { secureFiles.files }
+    var files: [BytePath] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()

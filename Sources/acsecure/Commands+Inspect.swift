@@ -17,7 +17,7 @@ enum VerifyOutcome {
 
 /// Authenticates the length (trailer) and then every chunk of `path`, in order, through guarded
 /// memory; stops at the first failure. Throws only when it cannot tell (no keys, I/O errors).
-func verifySecureFile(_ path: String, groups: [String], services: SecureServices) throws(CLIError) -> VerifyOutcome {
+func verifySecureFile(_ path: BytePath, groups: [String], services: SecureServices) throws(CLIError) -> VerifyOutcome {
     let info: SecureFileInfo
     do { info = try SecureFileSystem.info(path) } catch {
         if error.code == .badKeyOrCorruptData { return .failed(reason: CLIError(error).message, chunk: nil) }
@@ -93,7 +93,7 @@ enum LengthCheck {
 /// Authenticates the length of an open secure file (the trailer) and checks that nothing follows
 /// the authenticated end: what a cut at a chunk boundary, appended bytes or a torn write change.
 /// Throws only when it cannot tell (I/O errors).
-func authenticateLength(_ file: SecureFile, path: String) throws(CLIError) -> LengthCheck {
+func authenticateLength(_ file: SecureFile, path: BytePath) throws(CLIError) -> LengthCheck {
     let byte = try guardedBytes("\(path): read buffer") { () throws(CryptoError) in try SecureBuffer(count: 1) }
     do {
         // The engine authenticates the length at open and reports anything after the authenticated
@@ -124,7 +124,7 @@ struct Verify: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @OptionGroup var secureFiles: SecureFileArguments
-    var files: [String] { secureFiles.files }
+    var files: [BytePath] { secureFiles.files }
 
     func run() throws {
         let services = try global.openServices()
@@ -171,7 +171,7 @@ struct Stat: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var keys: KeyOptions
     @OptionGroup var secureFiles: SecureFileArguments
-    var files: [String] { secureFiles.files }
+    var files: [BytePath] { secureFiles.files }
 
     func run() throws {
         let services = global.openServicesIfQuietlyPossible()
@@ -219,7 +219,7 @@ struct Stat: ParsableCommand {
 
     /// The header's length is only what the file's size implies: a cut at a chunk boundary still
     /// gives a valid-looking size. With the key, the trailer says whether it is the written length.
-    private func lengthLine(_ path: String, key: KeySelection?, services: SecureServices?) throws(CLIError) -> (text: String, warning: String?) {
+    private func lengthLine(_ path: BytePath, key: KeySelection?, services: SecureServices?) throws(CLIError) -> (text: String, warning: String?) {
         guard let key, let services else { return ("not checked (needs the file's key)", nil) }
         let file: SecureFile
         do { file = try SecureFile.open(path, flags: O_RDONLY, key: key, services: services) } catch {
@@ -248,30 +248,30 @@ struct List: ParsableCommand {
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "Directories (default: the current directory).") var directories: [String] = []
+    @Argument(help: "Directories (default: the current directory).") var directories: [BytePath] = []
     @Flag(name: .shortAndLong, help: "Include names starting with a dot.") var all = false
     @Flag(help: "List secure files only.") var secureOnly = false
 
     func run() throws {
-        let dirs = directories.isEmpty ? ["."] : directories
+        let dirs: [BytePath] = directories.isEmpty ? ["."] : directories
         try forEachPath(dirs) { (dir) throws(CLIError) in
-            let names: [String]
-            switch Sys.directoryEntries(dir) {
-            case .success(let all): names = all.filter { self.all || !$0.hasPrefix(".") }
+            let names: [BytePath]
+            switch Sys.directoryEntryNames(dir) {
+            case .success(let found): names = found.filter { self.all || $0.bytes.first != UInt8(ascii: ".") }
             case .failure(let e): throw CLIError.posix(e.rawValue, dir)
             }
             if dirs.count > 1 { print("\(dir):") }
             print("KIND       " + pad("SIZE", 14) + "  KEY    NAME")
-            for name in names.sorted() {
-                let path = dir.hasSuffix("/") ? dir + name : dir + "/" + name
+            for name in names.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
+                let path = (dir.bytes.last == UInt8(ascii: "/") ? dir : dir.appending("/".utf8)).appending(name.bytes)
                 let (kind, size, key) = classify(path)
                 if secureOnly && kind != "secure" { continue }
-                print(kind.padding(10) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name)
+                print(kind.padding(10) + " " + pad(size, 14) + "  " + key.padding(6) + " " + name.description)
             }
         }
     }
 
-    private func classify(_ path: String) -> (String, String, String) {
+    private func classify(_ path: BytePath) -> (String, String, String) {
         guard case .success(let st) = Sys.lstat(path) else { return ("?", "-", "-") }
         switch st.st_mode & S_IFMT {
         case S_IFDIR: return ("dir", "-", "-")
@@ -295,7 +295,7 @@ struct List: ParsableCommand {
     }
 
     /// Whether the file starts with the secure file magic, or the errno of the open or read that failed.
-    private func readSecureMagic(_ path: String) -> Result<Bool, Errno> {
+    private func readSecureMagic(_ path: BytePath) -> Result<Bool, Errno> {
         Sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW).flatMap { fd in
             defer { _ = Sys.close(fd) }  // read only
             var magic = [UInt8](repeating: 0, count: 4)

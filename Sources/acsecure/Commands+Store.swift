@@ -37,7 +37,7 @@ struct Init: ParsableCommand {
         }
         let services: SecureServices
         do {
-            services = try SecureServices.createStore(appID: global.appID, storeDirectory: dir, passcode: passcode)
+            services = try SecureServices.createStore(appID: global.appID, storePath: dir, passcode: passcode)
         } catch where error.code == .storeIO && error.errno == EEXIST {
             throw CLIError(.usage, "\(error.message) (use `acsecure passwd` to change its passcode)")
         } catch {

@@ -20,7 +20,7 @@ struct Demo: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @Option(help: ArgumentHelp("Work in this directory (created if needed) instead of a temporary one.", valueName: "dir"))
-    var dir: String?
+    var dir: BytePath?
     @Option(help: ArgumentHelp("Size of the sample file in bytes.", valueName: "bytes")) var size: Int = 1 << 20
     @Flag(help: "Keep the work directory (store, sample and encrypted files).") var keep = false
 
@@ -29,7 +29,7 @@ struct Demo: ParsableCommand {
     }
 
     func run() throws {
-        let work: String
+        let work: BytePath
         var createdWork = false
         if let dir {
             switch Sys.mkdir(dir, 0o700) {
@@ -41,23 +41,23 @@ struct Demo: ParsableCommand {
         } else {
             var template = Array("\(tmpDirectory())/acsecure-demo.XXXXXX".utf8CString)
             guard let p = mkdtemp(&template) else { throw CLIError.posix(errno, "mkdtemp") }
-            work = String(cString: p)
+            work = BytePath(platformString: p)
             createdWork = true
         }
         defer {
             if !keep && createdWork { removeTree(work) }
         }
         var checks = Checks()
-        let storeDir = global.storeOption ?? work + "/store"
+        let storeDir = global.storeOption ?? work.appending(component: "store")
         let appID = global.appIDOption ?? "com.example.acsecure-demo"
         print("acsecure demo: secure file I/O on an embedded store, no server")
         print("  work directory: \(work)\(keep || !createdWork ? "" : " (removed at the end; --keep keeps it)")")
 
         // 1. The store.
-        let existed = PlainIO.exists(storeDir + "/seed")
+        let existed = PlainIO.exists(storeDir.appending(component: "seed"))
         let services: SecureServices
         do {
-            services = try SecureServices(appID: appID, storeDirectory: storeDir, passcode: nil)
+            services = try SecureServices(appID: appID, storePath: storeDir, passcode: nil)
             if services.availability != .available { try services.unlock(passcode: try global.currentPasscode()) }
         } catch let e as SecureServicesError {
             throw CLIError(e, store: storeDir)
@@ -66,12 +66,12 @@ struct Demo: ParsableCommand {
 
         // 2. A sample file with a recognisable secret in every line.
         let marker = "ACSECURE-DEMO-SECRET"
-        let sample = work + "/sample.txt"
+        let sample = work.appending(component: "sample.txt")
         try writeSample(sample, size: size, marker: marker)
         step(2, "sample", "wrote sample.txt: \(size) bytes of text; every line contains \"\(marker)\"")
 
         // 3. Encrypt.
-        let secure = work + "/sample.txt.acsf"
+        let secure = work.appending(component: "sample.txt.acsf")
         if PlainIO.exists(secure) { _ = Sys.unlink(secure) }
         try encryptFile(sample, to: secure, key: .app, force: false, services: services)
         let info = try secureInfo(secure)
@@ -82,7 +82,7 @@ struct Demo: ParsableCommand {
         step(4, "stat", "key class \(info.keyClassName), file ID \(hex(info.fileID)) (from the header; no key needed)")
 
         // 5. Read back and compare.
-        let roundTrip = work + "/roundtrip.txt"
+        let roundTrip = work.appending(component: "roundtrip.txt")
         if PlainIO.exists(roundTrip) { _ = Sys.unlink(roundTrip) }
         try decryptFile(secure, info: info, to: roundTrip, key: .app, force: false, services: services)
         let same = try filesEqual(sample, roundTrip)
@@ -112,7 +112,7 @@ struct Demo: ParsableCommand {
         checks.expect(!markerFound && !prefixFound, "the ciphertext does not contain the plaintext")
 
         // 8. Flip one bit in the middle of a copy: verify names the chunk.
-        let tampered = work + "/tampered.acsf"
+        let tampered = work.appending(component: "tampered.acsf")
         let victim = chunks / 2
         var damaged = cipherBytes
         let at = Int(layout.chunkOffset(victim)) + FileLayout.nonceSize + 7
@@ -120,7 +120,7 @@ struct Demo: ParsableCommand {
         try writeWhole(tampered, damaged)
         let tamperResult = try verifySecureFile(tampered, groups: [], services: services)
         if case .failed(let reason, let chunk) = tamperResult, chunk == victim {
-            step(8, "tamper", "flipped 1 bit at file offset \(at); verify: \(reason.replacingPrefix(work + "/"))")
+            step(8, "tamper", "flipped 1 bit at file offset \(at); verify: \(reason.replacingPrefix(work.description + "/"))")
             checks.expect(true, "tampering detected")
         } else {
             step(8, "tamper", "flipped 1 bit at file offset \(at) but verify did NOT report chunk \(victim)")
@@ -128,10 +128,10 @@ struct Demo: ParsableCommand {
         }
 
         // 9. Drop the last chunk, keeping a length a secure file could have: the trailer catches it.
-        let truncated = work + "/truncated.acsf"
+        let truncated = work.appending(component: "truncated.acsf")
         try writeWhole(truncated, Array(cipherBytes.prefix(cipherBytes.count - layout.physicalChunkSize)))
         if case .failed(let reason, _) = try verifySecureFile(truncated, groups: [], services: services) {
-            step(9, "truncate", "removed the last chunk; verify: \(reason.replacingPrefix(work + "/"))")
+            step(9, "truncate", "removed the last chunk; verify: \(reason.replacingPrefix(work.description + "/"))")
             checks.expect(true, "truncation detected")
         } else {
             step(9, "truncate", "removed the last chunk and verify did NOT notice")
@@ -140,7 +140,7 @@ struct Demo: ParsableCommand {
 
         // 10. Another app ID on the same store derives another key.
         do {
-            let other = try SecureServices(appID: appID + ".other", storeDirectory: storeDir, passcode: nil)
+            let other = try SecureServices(appID: appID + ".other", storePath: storeDir, passcode: nil)
             if other.availability != .available { try other.unlock(passcode: try global.currentPasscode()) }
             do {
                 let f = try SecureFile.open(secure, flags: O_RDONLY, services: other)
@@ -191,7 +191,7 @@ struct Demo: ParsableCommand {
         return "/tmp"
     }
 
-    private func writeSample(_ path: String, size: Int, marker: String) throws {
+    private func writeSample(_ path: BytePath, size: Int, marker: String) throws {
         var text = [UInt8]()
         text.reserveCapacity(size + 128)
         var i = 0
@@ -203,27 +203,27 @@ struct Demo: ParsableCommand {
         try writeWhole(path, Array(text.prefix(size)))
     }
 
-    private func readWhole(_ path: String) throws -> [UInt8] {
+    private func readWhole(_ path: BytePath) throws -> [UInt8] {
         let fd = try PlainIO.open(path, O_RDONLY)
         defer { PlainIO.closeAfterReading(fd) }
         let n = Int(PlainIO.size(fd) ?? 0)
         var bytes = [UInt8](repeating: 0, count: n)
-        let got = try bytes.withUnsafeMutableBytes { b in try PlainIO.readFull(fd, b.baseAddress!, n, path) }
+        let got = try bytes.withUnsafeMutableBytes { b in try PlainIO.readFull(fd, b.baseAddress!, n, path.description) }
         return Array(bytes.prefix(got))
     }
 
-    private func writeWhole(_ path: String, _ bytes: [UInt8]) throws {
+    private func writeWhole(_ path: BytePath, _ bytes: [UInt8]) throws {
         let fd = try PlainIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         do {
-            try bytes.withUnsafeBytes { b in try PlainIO.writeFull(fd, b.baseAddress!, b.count, path) }
+            try bytes.withUnsafeBytes { b in try PlainIO.writeFull(fd, b.baseAddress!, b.count, path.description) }
         } catch {
             PlainIO.closeAfterReading(fd)  // the write error is the one reported
             throw error
         }
-        try PlainIO.close(fd, path)
+        try PlainIO.close(fd, path.description)
     }
 
-    private func filesEqual(_ a: String, _ b: String) throws -> Bool {
+    private func filesEqual(_ a: BytePath, _ b: BytePath) throws -> Bool {
         try readWhole(a) == readWhole(b)
     }
 
@@ -240,10 +240,10 @@ struct Demo: ParsableCommand {
     }
 
     /// Removes the demo's own directory tree (files it made and the store).
-    private func removeTree(_ path: String) {
-        guard case .success(let names) = Sys.directoryEntries(path) else { _ = Sys.unlink(path); return }
+    private func removeTree(_ path: BytePath) {
+        guard case .success(let names) = Sys.directoryEntryNames(path) else { _ = Sys.unlink(path); return }
         for name in names {
-            let child = path + "/" + name
+            let child = path.appending(component: name)
             if case .success(let st) = Sys.lstat(child), st.st_mode & S_IFMT == S_IFDIR { removeTree(child) } else { _ = Sys.unlink(child) }
         }
         _ = Sys.rmdir(path)

@@ -16,7 +16,7 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("store"), help: ArgumentHelp(
         "The store directory (default: $ACSECURE_HOME, else $XDG_DATA_HOME/acsecure, else ~/.local/share/acsecure).",
         valueName: "dir"))
-    var storeOption: String?
+    var storeOption: BytePath?
 
     @Flag(name: .customLong("passcode-stdin"), help:
         "Read the passcode from the first line of standard input (passwd: old, then new). Otherwise $ACSECURE_PASSCODE, else a prompt on the terminal.")
@@ -58,7 +58,7 @@ struct GlobalOptions: ParsableArguments {
         return "default"
     }
 
-    var storeDirectory: String { storeOption ?? SecureServices.defaultStoreDirectory() }
+    var storeDirectory: BytePath { storeOption ?? SecureServices.defaultStorePath() }
 
     /// Whether the store has a seed; one that cannot be examined is an unreadable store (exit 3), not "no store".
     func storeExists() throws(CLIError) -> Bool {
@@ -93,7 +93,7 @@ struct GlobalOptions: ParsableArguments {
             // A passcode in the environment means this store must be protected by one: a planted
             // unprotected seed is refused instead of silently used.
             let passcodeConfigured = !passcodeChange && Passcode.isSet("ACSECURE_PASSCODE")
-            return try SecureServices(appID: appID, storeDirectory: storeDirectory, passcode: nil,
+            return try SecureServices(appID: appID, storePath: storeDirectory, passcode: nil,
                                       requireProtectedStore: passcodeConfigured)
         } catch {
             throw CLIError(error, store: storeDirectory)
@@ -131,7 +131,7 @@ struct KeyOptions: ParsableArguments {
     var groups: [String] = []
 
     /// The key selection that opens `path`, from its header's key class and fingerprint.
-    func selection(for path: String, info: SecureFileInfo, services: SecureServices) throws(CLIError) -> KeySelection {
+    func selection(for path: BytePath, info: SecureFileInfo, services: SecureServices) throws(CLIError) -> KeySelection {
         try keySelection(for: path, info: info, groups: groups, services: services)
     }
 }
@@ -157,7 +157,7 @@ func humanSize(_ n: Int64) -> String {
 
 /// The secure files a command works on (cat, verify, stat, rotate): at least one.
 struct SecureFileArguments: ParsableArguments {
-    @Argument(help: "Secure files.") var files: [String]
+    @Argument(help: "Secure files.") var files: [BytePath]
 
     func validate() throws {
         if files.isEmpty { throw ValidationError("name at least one file") }

@@ -13,7 +13,7 @@ let streamBufferSize = 256 * 1024
 // MARK: plain descriptors
 
 enum PlainIO {
-    static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0o600) throws(CLIError) -> Int32 {
+    static func open(_ path: BytePath, _ flags: Int32, _ mode: mode_t = 0o600) throws(CLIError) -> Int32 {
         switch Sys.open(path, flags | O_CLOEXEC, mode) {
         case .success(let fd): return fd
         case .failure(let e): throw CLIError.posix(e.rawValue, path)
@@ -50,7 +50,7 @@ enum PlainIO {
         return Int64(st.st_size)
     }
 
-    static func exists(_ path: String) -> Bool {
+    static func exists(_ path: BytePath) -> Bool {
         if case .success = Sys.lstat(path) { return true }
         return false
     }
@@ -63,9 +63,9 @@ enum PlainIO {
 /// (fsync, rename or link, fsync of the directory): readers never see half an output, and a
 /// failure leaves the destination as it was. Removed again unless committed.
 final class PendingOutput {
-    let destination: String
+    let destination: BytePath
     private let replacement: AtomicReplacement
-    var temporaryPath: String { replacement.temporaryPath }
+    var temporaryPath: BytePath { replacement.temporaryPath }
     /// What the refusal to replace an existing output suggests.
     private let replaceHint: String
     private var committed = false
@@ -73,11 +73,11 @@ final class PendingOutput {
     /// The flags to create `temporaryPath` with (add the access mode): never through a planted name.
     static let creationFlags = AtomicReplacement.exclusiveCreationFlags
 
-    init(destination: String, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
+    init(destination: BytePath, force: Bool, replaceHint: String = "use --force to replace it") throws(CLIError) {
         self.replaceHint = replaceHint
         // A directory first: --force cannot replace one, so "already exists (use --force)" would mislead.
         if case .success(let st) = Sys.stat(destination), st.st_mode & S_IFMT == S_IFDIR {
-            throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR))); name a file to create, e.g. \(destination.hasSuffix("/") ? destination : destination + "/")NAME")
+            throw CLIError(.io, "\(destination): is a directory (\(errnoName(EISDIR))); name a file to create, e.g. \(destination)\(destination.bytes.last == UInt8(ascii: "/") ? "" : "/")NAME")
         }
         if !force && PlainIO.exists(destination) {
             throw CLIError(.usage, "\(destination): already exists (\(replaceHint))")
@@ -120,11 +120,12 @@ final class PendingOutput {
     func namingDestination<T>(creating: Bool = false, _ body: () throws(CLIError) -> T) throws(CLIError) -> T {
         do { return try body() } catch {
             var text = error.message
-            if creating && text.hasPrefix(temporaryPath + ": ") {
-                text = "\(destination): cannot create a file in \(Sys.directory(of: destination))/: "
-                    + text.dropFirst(temporaryPath.count + 2)
+            let temporary = temporaryPath.description
+            if creating && text.hasPrefix(temporary + ": ") {
+                text = "\(destination): cannot create a file in \(destination.directory)/: "
+                    + text.dropFirst(temporary.count + 2)
             }
-            throw CLIError(error.status, text.replacing(temporaryPath, with: destination))
+            throw CLIError(error.status, text.replacing(temporary, with: destination.description))
         }
     }
 
@@ -142,7 +143,7 @@ enum PendingOutputs {
     nonisolated(unsafe) private static var paths = [[CChar]?](repeating: nil, count: maxPaths)
     nonisolated(unsafe) private static var installed = false
 
-    static func register(_ path: String) {
+    static func register(_ path: BytePath) {
         if !installed {
             installed = true
             for sig in [SIGINT, SIGTERM, SIGHUP] {
@@ -153,11 +154,13 @@ enum PendingOutputs {
                 }
             }
         }
-        if let i = paths.firstIndex(where: { $0 == nil }) { paths[i] = Array(path.utf8CString) }
+        if let i = paths.firstIndex(where: { $0 == nil }) { paths[i] = cString(path) }
     }
 
-    static func unregister(_ path: String) {
-        let c = Array(path.utf8CString)
+    private static func cString(_ path: BytePath) -> [CChar] { path.bytes.map { CChar(bitPattern: $0) } + [0] }
+
+    static func unregister(_ path: BytePath) {
+        let c = cString(path)
         if let i = paths.firstIndex(where: { $0 == c }) { paths[i] = nil }
     }
 
@@ -230,7 +233,7 @@ func copySecure(_ file: SecureFile, chunkSize: Int, to fd: Int32, outputName: St
 }
 
 /// Opens a secure file, turning errors into CLI errors.
-func openSecure(_ path: String, flags: Int32, mode: mode_t = 0o666, key: KeySelection, services: SecureServices) throws(CLIError) -> SecureFile {
+func openSecure(_ path: BytePath, flags: Int32, mode: mode_t = 0o666, key: KeySelection, services: SecureServices) throws(CLIError) -> SecureFile {
     let file: SecureFile
     do { file = try SecureFile.open(path, flags: flags, mode: mode, key: key, services: services) } catch {
         throw CLIError(error)
@@ -255,6 +258,6 @@ func closeSecure(_ file: SecureFile, sync: Bool) throws(CLIError) {
     }
 }
 
-func secureInfo(_ path: String) throws(CLIError) -> SecureFileInfo {
+func secureInfo(_ path: BytePath) throws(CLIError) -> SecureFileInfo {
     do { return try SecureFileSystem.info(path) } catch { throw CLIError(error) }
 }

@@ -15,6 +15,7 @@
 import Glibc
 #endif
 import ACSecureServices
+import ACSystemCalls
 import ACSecureFileCore
 import ACSecureTestSupport
 
@@ -239,13 +240,15 @@ func runHeldAppend(store: String, path: String, holdBeforePwrite: Int, record: I
 }
 
 /// The write shapes of the crash tests: the file's content before, and the operation.
-func runShape(store: String, path: String, shape: String, killAt: Int, tearSectors: Int) -> Never {
+func runShape(store: String, path given: String, shape: String, killAt: Int, tearSectors: Int) -> Never {
     #if ACSECURE_SYSCALL_MOCKING  // kills through the fault hook: debug (test) builds only
+    // The file's name is not UTF-8 (names are bytes); the test opens the same bytes.
+    let path = BytePath(bytes: Array(given.utf8) + undecodableNameSuffix)!
     do {
         let services = try SecureServices(appID: "com.example.tests", storeDirectory: store, argonCost: .minimum)
         guard let s = CrashShape(name: shape) else { emit("E unknown shape \(shape)"); _exit(2) }
         if s.kind == .createThenWrite {
-            unlink(path)
+            _ = Sys.unlink(path)
         } else {
             let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
             if s.before > 0 { _ = try (0..<s.before).map { pattern(0, $0) }.withUnsafeBytes { try setup.pwrite($0, at: 0) } }

@@ -216,10 +216,6 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(ro), 0)
     }
 
-    func testInvalidUTF8PathIsRefusedNotRepaired() {
-        let bad: [CChar] = (Array(path("bad").utf8) + [0xFF, 0]).map { CChar(bitPattern: $0) }
-        assertFails(ACSecureFile_openWithMode(bad, O_RDWR | O_CREAT, 0o600), errno: EINVAL)
-    }
 
     // MARK: errno of the path calls
 

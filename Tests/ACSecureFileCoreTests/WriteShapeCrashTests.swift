@@ -3,6 +3,8 @@ import Glibc
 #endif
 import XCTest
 import ACSecureServices
+import ACSystemCalls
+import ACSecureTestSupport
 @testable import ACSecureFileCore
 
 /// Every write shape (Tests/ACSecureCrashChild `CrashShape.all`: writes, appends, holes, overwrites,
@@ -80,10 +82,10 @@ final class WriteShapeCrashTests: XCTestCase {
     /// the states above, every chunk of it authenticates and reads as that state, bytes after its
     /// end are reported, and it accepts a change. Otherwise (a torn `pwrite`, as a power loss may
     /// leave) a chunk may fail if the call changed any byte of it (docs/FORMAT.md "What a crash can cost").
-    func verify(_ path: String, _ s: Shape, services: SecureServices, strict: Bool, label: String) -> [String] {
+    func verify(_ path: BytePath, _ s: Shape, services: SecureServices, strict: Bool, label: String) -> [String] {
         let (old, new, between, changed) = states(s)
         // A creation killed before the file got its name leaves no file, as before the call; never a 0-byte one.
-        if s.kind == "create-write", access(path, F_OK) != 0 { return [] }
+        if s.kind == "create-write", case .failure = Sys.lstat(path) { return [] }
         let file: SecureFile
         do { file = try SecureFile.open(path, flags: O_RDONLY, services: services) } catch {
             return ["\(label): the file does not open: \(error.code.name) \(error.message)"]
@@ -97,7 +99,11 @@ final class WriteShapeCrashTests: XCTestCase {
         }
         var problems: [String] = []
         if strict {
-            let physical = Int64(readWholeFile(path).count)
+            let physical: Int64
+            switch Sys.lstat(path) {
+            case .success(let st): physical = Int64(st.st_size)
+            case .failure(let e): return ["\(label): lstat: \(e.text)"]
+            }
             let expected = FileLayout().physicalSize(forPlaintextSize: Int64(size))
             let reported = (try? file.bytesAfterAuthenticatedEnd) ?? -1
             if physical != expected + reported {
@@ -147,22 +153,27 @@ final class WriteShapeCrashTests: XCTestCase {
         return calls
     }
 
+    /// The file the child writes for `s`: its name is not UTF-8 (names are bytes).
+    func shapeFile(_ s: Shape, _ env: TestEnvironment) -> BytePath {
+        BytePath(bytes: Array(env.path(s.name).utf8) + undecodableNameSuffix)!
+    }
+
     func testKillBeforeEverySystemCallOfEveryWriteShape() throws {
         let env = try TestEnvironment()
         var runs = 0
         for s in try shapes() {
-            let path = env.path(s.name)
+            let path = env.path(s.name), file = shapeFile(s, env)
             // Uninterrupted, and left with _exit(0) without close: everything is in the file.
             guard let calls = try uninterruptedCalls(s, env) else { continue }
             let (_, new, _, _) = states(s)
-            let after = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            let after = try SecureFile.open(file, flags: O_RDONLY, services: env.services)
             XCTAssertEqual(try after.readAll(), new, "\(s.name): a write that returned is in the file after _exit without close")
             try after.close()
             for killAt in 0..<calls {
                 let r = try runChild(["shape", env.directory + "/store", path, s.name, String(killAt), "0"])
                 runs += 1
                 XCTAssertTrue(r.killed, "\(s.name) kill at \(killAt): \(r.lines)")
-                let problems = verify(path, s, services: env.services, strict: true, label: "\(s.name), killed before call \(killAt) (\(r.lines.last ?? ""))")
+                let problems = verify(file, s, services: env.services, strict: true, label: "\(s.name), killed before call \(killAt) (\(r.lines.last ?? ""))")
                 XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
             }
         }
@@ -175,7 +186,7 @@ final class WriteShapeCrashTests: XCTestCase {
         // The large shapes (a megabyte or more) are torn in the kill sweep's calls only: tearing each
         // of their long writes at every sector would take minutes and adds nothing the small ones miss.
         for s in try shapes() where s.before + s.count <= 100_000 {
-            let path = env.path(s.name)
+            let path = env.path(s.name), file = shapeFile(s, env)
             guard let calls = try uninterruptedCalls(s, env) else { continue }
             for killAt in 0..<calls {
                 var sectors = 1
@@ -183,7 +194,7 @@ final class WriteShapeCrashTests: XCTestCase {
                     let r = try runChild(["shape", env.directory + "/store", path, s.name, String(killAt), String(sectors)])
                     if r.lines.contains("WHOLE") { break }
                     tears += 1
-                    let problems = verify(path, s, services: env.services, strict: false,
+                    let problems = verify(file, s, services: env.services, strict: false,
                                           label: "\(s.name), call \(killAt) torn after \(sectors) sector(s)")
                     XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
                     sectors += 1

@@ -9,6 +9,7 @@ import ACSecureServices
 import ACSecureFileCore
 import ACSecureFileCAPI
 import ACSecureFoundation
+import ACSystemCalls
 
 final class ACFileHandleTests: SecureFoundationTestCase {
     /// The same random operations on an ACFileHandle (secure file) and a FileHandle (plain file),
@@ -113,6 +114,30 @@ final class ACFileHandleTests: SecureFoundationTestCase {
         w.write(Data("now secure".utf8))
         w.closeFile()
         XCTAssertEqual(try Data(contentsOfSecureFile: path("empty")), Data("now secure".utf8))
+    }
+
+    /// A handle on a file whose name is not UTF-8 (names are bytes): opened by `BytePath`, its
+    /// `filePath` is the exact bytes and `path` prints them escaped; errors name it escaped.
+    func testByteExactPathsOpenNamesThatAreNotUTF8() throws {
+        let name = BytePath(bytes: Array(path("caf").utf8) + [0xE9, 0xFF])!
+        let fd = ACSecureFile_openWithMode(name.bytes.map { CChar(bitPattern: $0) } + [0], O_RDWR | O_CREAT | O_EXCL, 0o600)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        let h = try ACFileHandle(forUpdating: name)
+        XCTAssertEqual(h.filePath, name)
+        XCTAssertEqual(h.path, path("caf") + "\\xE9\\xFF")
+        try h.write(contentsOf: Data("bytes, not text".utf8))
+        try h.seek(toOffset: 0)
+        XCTAssertEqual(try h.readToEnd(), Data("bytes, not text".utf8))
+        try h.close()
+        let r = try ACFileHandle(forReadingFrom: name)
+        XCTAssertEqual(try r.readToEnd(), Data("bytes, not text".utf8))
+        try r.close()
+        let missing = BytePath(bytes: Array(path("gone").utf8) + [0xFF])!
+        assertError(NSPOSIXErrorDomain, Int(ENOENT)) { _ = try ACFileHandle(forReadingFrom: missing) }
+        do { _ = try ACFileHandle(forReadingFrom: missing); XCTFail("opened") } catch {
+            XCTAssertTrue("\(error)".contains("gone\\xFF") || (error as NSError).localizedDescription.contains("gone\\xFF"), "\(error)")
+        }
     }
 
     /// The failable initializers return nil exactly where the throwing factories throw.

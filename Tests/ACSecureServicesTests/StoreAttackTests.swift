@@ -281,14 +281,15 @@ final class StoreAttackTests: SecureServicesTestCase {
         let victim = root + "/victim"
         writeBytes(victim, Array("precious".utf8))
         let replacement = AtomicReplacement(destination: seedPath)
-        XCTAssertTrue(replacement.temporaryPath.hasPrefix(storeDirectory + "/.seed.acsecure-tmp-"), replacement.temporaryPath)
-        XCTAssertEqual(symlink(victim, replacement.temporaryPath), 0)
+        let temporary = replacement.temporaryPath.description
+        XCTAssertTrue(temporary.hasPrefix(storeDirectory + "/.seed.acsecure-tmp-"), temporary)
+        XCTAssertEqual(symlink(victim, temporary), 0)
         do {
-            try writeFileAtomically(seedPath, Array("not a seed".utf8), through: replacement)
-            XCTFail("the seed write wrote through \(replacement.temporaryPath)")
+            try writeFileAtomically(BytePath(seedPath), Array("not a seed".utf8), through: replacement)
+            XCTFail("the seed write wrote through \(temporary)")
         } catch {
             XCTAssertEqual(error.code, .storeIO, error.message)
-            XCTAssertTrue(error.message.contains(replacement.temporaryPath), error.message)
+            XCTAssertTrue(error.message.contains(temporary), error.message)
         }
         XCTAssertEqual(readBytes(victim), Array("precious".utf8), "the link's target is untouched")
         XCTAssertEqual(readBytes(seedPath), seed, "the seed is unchanged")

@@ -7,6 +7,7 @@ import ACCrypto
 import ACSecureServices
 import ACSecureFileCore
 import ACSecureSharingCore
+import ACSystemCalls
 
 /// The store test vectors in docs/test-vectors/store: a secure services store (its seed file with
 /// protection 0 and with protection 1), an app file, a group file, the crypto blocks and a wrapped
@@ -73,7 +74,7 @@ final class StoreVectorTests: XCTestCase {
         try write(plaintext(wrappedSize), to: directory + "/original")
         let block = try contents(directory + "/crypto-block-group.bin")
         try block.withUnsafeBytes { b in
-            try WrappedFiles.wrap(atPath: directory + "/original", toPath: directory + "/wrapped.acsf", cryptoBlock: b, actualFileName: wrappedName)
+            try WrappedFiles.wrap(atPath: BytePath(directory + "/original"), toPath: BytePath(directory + "/wrapped.acsf"), cryptoBlock: b, actualFileName: wrappedName)
         }
     }
 
@@ -141,7 +142,7 @@ final class StoreVectorTests: XCTestCase {
                 XCTAssertEqual(block.withUnsafeBytes { Array($0) }, try Self.contents(Self.directory + "/" + name), "\(seedFile): \(name)")
             }
             let reader: WrappedFileReader
-            do { reader = try WrappedFiles.open(atPath: Self.directory + "/wrapped.acsf", sharedGroupID: Self.groupID, services: services) } catch {
+            do { reader = try WrappedFiles.open(atPath: BytePath(Self.directory + "/wrapped.acsf"), sharedGroupID: Self.groupID, services: services) } catch {
                 return XCTFail("\(seedFile): wrapped.acsf: \(error)")
             }
             XCTAssertEqual(reader.actualFileName, Self.wrappedName)

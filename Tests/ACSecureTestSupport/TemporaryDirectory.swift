@@ -24,23 +24,31 @@ package final class TemporaryDirectory: Sendable {
     deinit { remove() }
 }
 
+/// What the crash tests add to a file's name so that it is not UTF-8 (Latin-1 "é", then a stray
+/// 0xFF): the engine must take every name `open(2)` takes, byte for byte.
+package let undecodableNameSuffix: [UInt8] = [0xE9, 0xFF]
+
 /// `rm -rf path` without Foundation (a missing path is not an error: there is nothing to remove).
-package func removeTree(_ path: String) {
+/// Names are bytes: a file whose name is not UTF-8 is removed too.
+package func removeTree(_ path: String) { removeTree(bytes: Array(path.utf8)) }
+
+private func removeTree(bytes path: [UInt8]) {
+    let cPath = (path + [0]).map { CChar(bitPattern: $0) }
     var st = stat()
-    guard lstat(path, &st) == 0 else { return }
-    guard st.st_mode & S_IFMT == S_IFDIR else { unlink(path); return }
-    if let dir = opendir(path) {
-        var names: [String] = []
+    guard lstat(cPath, &st) == 0 else { return }
+    guard st.st_mode & S_IFMT == S_IFDIR else { unlink(cPath); return }
+    if let dir = opendir(cPath) {
+        var names: [[UInt8]] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+            let name = withUnsafePointer(to: entry.pointee.d_name) { p in
+                p.withMemoryRebound(to: UInt8.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen(UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)))) }
             }
-            if name != "." && name != ".." { names.append(name) }
+            if name != [UInt8(ascii: ".")] && name != [UInt8(ascii: "."), UInt8(ascii: ".")] { names.append(name) }
         }
         closedir(dir)
-        for name in names { removeTree(path + "/" + name) }
+        for name in names { removeTree(bytes: path + [UInt8(ascii: "/")] + name) }
     }
-    rmdir(path)
+    rmdir(cPath)
 }
 
 /// A failed set-up step of a test (not a failure of the code under test).

@@ -123,7 +123,8 @@ typedef struct {
 } Slot;
 
 static char dirs[2][2100];      /* plain and secure directories */
-static const char *names[2] = {"f", "g"};
+/* The second name is not UTF-8 (Latin-1 "é", a stray 0xFF): names are bytes, as open(2) takes them. */
+static const char *names[2] = {"f", "g\xe9\xff"};
 static Slot slots[NSLOTS];
 static int current_name;        /* which name the sequence mostly uses */
 static unsigned char wbuf[BUFSIZE];

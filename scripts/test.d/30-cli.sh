@@ -151,6 +151,29 @@ run 0 "verify" verify a.acsf b.acsf
 expect "verify says OK for both" test "$(grep -c '^OK' out)" = 2
 clean_output "verify"
 
+# --- file names are bytes (issue 27): names that are not UTF-8, as Linux allows, byte for byte
+bad_in=$'plain-\xe9\xff.txt'; bad_secure=$'secret-\x83\x65\xfe.acsf'; bad_out=$'round-\xc0\xaf.txt'
+cp plain.txt "$bad_in"
+run 0 "encrypt a file whose name is not UTF-8 into another such name" encrypt "$bad_in" "$bad_secure"
+expect "the secure file has exactly the bytes of its name" test -s "$bad_secure"
+expect "no file with a repaired name was made" bash -c "! ls | grep -q \$'\xef\xbf\xbd'"
+run 0 "cat a file whose name is not UTF-8" cat "$bad_secure"
+expect "cat of the byte name gives the plaintext back" cmp -s out plain.txt
+run 0 "decrypt into a name that is not UTF-8" decrypt "$bad_secure" "$bad_out"
+expect "decrypt of the byte name gives the plaintext back" cmp -s "$bad_out" plain.txt
+run 0 "verify and stat a file whose name is not UTF-8" verify "$bad_secure"
+run 0 "ls lists the name escaped" ls .
+expect "ls shows secret-\x83e\xFE.acsf as secure" grep -qE '^secure +[0-9]+ +app +secret-\\x83e\\xFE\.acsf$' out
+run 2 "a missing name that is not UTF-8" cat $'missing-\xff.acsf'
+expect "the error prints the name escaped (missing-\\xFF.acsf), never repaired" grep -q 'missing-\\xFF\.acsf' err
+bad_store=$'byte-store-\xe9'
+ACSECURE_PASSCODE= run 0 "a store directory whose name is not UTF-8 (--store)" --store "$work/$bad_store" init
+expect "the store is in the byte-named directory" test -s "$work/$bad_store/seed"
+ACSECURE_PASSCODE= STDIN=plain.txt run 0 "write with that store" --store "$work/$bad_store" write "$bad_secure.2"
+ACSECURE_PASSCODE= run 0 "cat with that store" --store "$work/$bad_store" cat "$bad_secure.2"
+expect "the byte-named store's file reads back" cmp -s out plain.txt
+rm -rf "$bad_in" "$bad_secure" "$bad_secure.2" "$bad_out" "$work/$bad_store"
+
 # --- tampering: one bit in chunk 3, a truncation at a chunk boundary, a swap of two chunks
 cp a.acsf t.acsf
 off=$((128 + 3 * 4128 + 16 + 100))

@@ -126,8 +126,13 @@ extern "C" {
  *   EACCES     secure services are unavailable (no keys);
  *   EIO        the file is not a secure file (also a 0-byte file, unless O_TRUNC), or its header
  *              is corrupt or under another key;
- *   EINVAL     the path is not valid UTF-8; EFAULT when path is NULL.
+ *   EFAULT     path is NULL.
  * Sets no ACE_* value (there is no descriptor yet).
+ *
+ * Paths are bytes, as open(2) takes them, in every call of this API (open, rename, lstat,
+ * truncate, the store directory, wrapped files): a name in Latin-1, Shift-JIS or any other bytes
+ * is used exactly as given, never checked for UTF-8 or repaired. The errors are the kernel's
+ * (ENAMETOOLONG, ENOENT, ...).
  */
 int ACSecureFileOpen(const char *path, int oflag, ...);
 

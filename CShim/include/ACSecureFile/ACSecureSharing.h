@@ -99,12 +99,14 @@ int ACSecureGetCryptoBlock(const char *sharedGroupID, unsigned char *block, size
  * failure toPath is unchanged.
  *
  * actualFileName is the name the host app sees (1 to ACSECURE_WRAPPED_FILE_NAME_MAX UTF-8 bytes,
- * no '/', not "." or ".."); NULL means the last component of path.
+ * no '/', not "." or ".."); NULL means the last component of path. The wrapped file records that
+ * name as text: when path's last component is not UTF-8, pass actualFileName (else EINVAL). The
+ * paths themselves are bytes, as open(2) takes them.
  *
  * Returns 0, or -1 with errno:
  *   EFAULT  path, toPath or block is NULL;
  *   EINVAL  the crypto block is not a crypto block, damaged or of another length; a bad
- *           actualFileName; a path that is not valid UTF-8; or the source is not a regular file
+ *           actualFileName (or none, and path's last component is not UTF-8); or the source is not a regular file
  *           (FIFO, device, socket);
  *   EISDIR  the source is a directory;
  *   other   the errno of the failed I/O, on the source or on toPath's directory
