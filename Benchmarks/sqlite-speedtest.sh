@@ -11,8 +11,7 @@
 # gnuplot chart.
 #
 # speedtest1.c is not in this repository: it is fetched from the Debian source package of sqlite3
-# (the version matching the system libsqlite3) with `apt-get source --download-only sqlite3`; a
-# deb-src entry for Debian bookworm is added under /etc/apt/sources.list.d when none exists (root).
+# (the version matching the system libsqlite3) by scripts/debian-source.sh.
 #
 #   Benchmarks/sqlite-speedtest.sh [ROUNDS [SIZES]]      e.g. 5 "50 200"
 # environment: OUT (default Benchmarks/.build/sqlite-speedtest) for sources, binaries, raw outputs,
@@ -32,14 +31,7 @@ sudo=""
 # ---- speedtest1.c from Debian's source package
 src="$out/src/speedtest1.c"
 if [ ! -f "$src" ]; then
-    if ! grep -rqs '^\(deb-src\|Types:.*deb-src\)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        echo "sqlite-speedtest: adding a deb-src entry for bookworm (/etc/apt/sources.list.d/acsecure-deb-src.sources)" >&2
-        printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-            | $sudo tee /etc/apt/sources.list.d/acsecure-deb-src.sources >/dev/null
-        $sudo apt-get update -qq
-    fi
-    (cd "$out/src" && apt-get source --download-only sqlite3 >&2)
-    orig="$(ls "$out"/src/sqlite3_*.orig.tar.xz | head -n 1)"
+    orig="$("$root/scripts/debian-source.sh" sqlite3 "$out/src")"
     tar -xJf "$orig" -C "$out/src" --wildcards '*/test/speedtest1.c'
     mv "$out"/src/sqlite3-*/test/speedtest1.c "$src"
 fi
