@@ -4,14 +4,25 @@
  *     cc secure-sqlite.c $(pkg-config --cflags --libs acsecuresqlite) -o secure-sqlite
  *     ./secure-sqlite notes.db "buy milk"     # adds a note, prints them all
  *
- * Keys come from secure services, started here from the environment (ACSECURE_APP_ID,
- * ACSECURE_HOME; ACSECURE_CREATE_STORE=1 creates a missing store). notes.db is a secure file: `sqlite3 notes.db` says "file is not a database";
+ * Keys come from secure services, started by the first open from the environment (ACSECURE_APP_ID,
+ * ACSECURE_HOME; ACSECURE_CREATE_STORE=1 creates a missing store; a program may instead call
+ * ACSecureServicesStart first). SQLite's error codes say only what failed ("unable to open
+ * database file"); the VFS says why through sqlite3_log, which this program prints.
+ * notes.db is a secure file: `sqlite3 notes.db` says "file is not a database";
  * the sqlite3 shell reads it after `.load` of the extension by its full path and `.open file:notes.db?vfs=acsecure`:
  *     sqlite3 -cmd ".load $(pkg-config --variable=extension acsecuresqlite)" -cmd ".open file:notes.db?vfs=acsecure"
  */
 #include <stdio.h>
+#include <string.h>
 #include <sqlite3.h>
 #include <ACSecureFile/ACSecureSQLite.h>
+
+/* The VFS's reasons (no store, services locked, a damaged database, ...): SQLite's log. */
+static void logVFS(void *unused, int code, const char *message) {
+    (void)unused;
+    (void)code;
+    if (strncmp(message, "acsecure:", 9) == 0) fprintf(stderr, "%s\n", message);
+}
 
 static int print(void *unused, int n, char **values, char **names) {
     (void)unused; (void)n; (void)names;
@@ -24,6 +35,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DATABASE NOTE\n", argv[0]);
         return 2;
     }
+    sqlite3_config(SQLITE_CONFIG_LOG, logVFS, NULL);  /* before SQLite is initialized */
     if (ACSecureSQLiteRegister(0) != SQLITE_OK) {
         fprintf(stderr, "secure-sqlite: cannot register the acsecure VFS\n");
         return 1;

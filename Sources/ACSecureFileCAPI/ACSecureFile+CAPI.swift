@@ -39,22 +39,34 @@ public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: 
     }
 }
 
-/// `ACSECURE_READ_CACHE_MIB`: whole MiB from 1 to 1024, 0 for no cache; 16 when unset.
+/// `ACSECURE_READ_CACHE_MIB`: whole MiB from 1 to 1024, 0 for no cache; 16 when unset or empty.
 private func readCacheFromEnvironment(_ path: BytePath) throws(SecureFileError) -> SecureFile.ReadCache {
-    guard let raw = getenv("ACSECURE_READ_CACHE_MIB") else { return .bytes(SecureFile.ReadCache.defaultMiB << 20) }
+    // Unset or set empty: the default.
+    guard let raw = getenv("ACSECURE_READ_CACHE_MIB"), raw[0] != 0 else { return .bytes(SecureFile.ReadCache.defaultMiB << 20) }
     let text = String(cString: raw)
     let maxMiB = SecureFile.ReadCache.validBytes.upperBound >> 20
-    guard !text.isEmpty, text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+    guard text.utf8.count <= 5, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
           let mib = Int(text), mib <= maxMiB else {
-        throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): ACSECURE_READ_CACHE_MIB=\(text) (allowed: 0 for none, 1 to \(maxMiB))")
+        throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): ACSECURE_READ_CACHE_MIB=\(text) is not a size (allowed: whole MiB, 0 for none, 1 to \(maxMiB); unset or empty for \(SecureFile.ReadCache.defaultMiB))")
     }
     return mib == 0 ? .off : .bytes(mib << 20)
 }
 
-/// A recovered interrupted write is reported right after the open (ACSecureFileLastError).
+/// The end's report, right after the open (ACSecureFileLastError = ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR):
+/// an interrupted write recovered (bytes after the authenticated end), or no end that authenticates
+/// at all (a cut or damaged end: the file opens for reading, every change is refused). Any other
+/// failure to check the end fails the open.
 private func insertOpened(_ file: SecureFile) throws(SecureFileError) -> Int32 {
-    let recovered = (try? file.bytesAfterAuthenticatedEnd) ?? 0
-    return DescriptorTable.shared.insert(file, lastError: recovered > 0 ? .badKeyOrCorruptData : .noError)
+    let endIntact: Bool
+    do {
+        endIntact = try file.bytesAfterAuthenticatedEnd == 0
+    } catch where error.code == .badKeyOrCorruptData {
+        endIntact = false
+    } catch {
+        do { try file.close() } catch let closeError { throw error.withMessage("\(error.message); closing it failed too: \(closeError.message)") }
+        throw error
+    }
+    return DescriptorTable.shared.insert(file, lastError: endIntact ? .noError : .badKeyOrCorruptData)
 }
 
 @c @implementation
@@ -86,6 +98,11 @@ public func ACSecureFileRecoveredBytes(_ fd: Int32) -> off_t {
     CResult.onFile(fd) { file throws(SecureFileError) -> off_t in
         off_t(try file.bytesAfterAuthenticatedEnd)
     }
+}
+
+@c @implementation
+public func ACSecureFileLastErrorMessage(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int {
+    LastErrorMessage.copy(into: buffer, size: size)
 }
 
 @c @implementation

@@ -48,6 +48,7 @@ public func ACSecureHardenProcess() -> Int32 {
         try ProcessHardening.apply()
         return 0
     } catch {
+        LastErrorMessage.set(error.description)
         errno = error.errno
         return -1
     }

@@ -77,6 +77,7 @@ public func ACSecureWrappedFileOpen(_ path: UnsafePointer<CChar>?, _ sharedGroup
     } catch {
         let e = WrappedCError(error)
         detail?.pointee = e.code
+        LastErrorMessage.set(error)
         errno = e.errno
         return -1
     }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACSecureFileCore
 import ACSecureServices
+import ACSecureSharingCore
 import ACSystemCalls
 
 // The one place where Swift errors become C results: a return value, `errno`, and the
@@ -34,6 +35,7 @@ enum CResult {
             return result
         } catch {
             entry.lastError.store(error.code.aceValue, ordering: .relaxed)
+            LastErrorMessage.set(error.message)
             errno = error.errno
             return -1
         }
@@ -50,6 +52,7 @@ enum CResult {
             try entry.file.close()
             return 0
         } catch {
+            LastErrorMessage.set(error.message)
             errno = error.errno
             return -1
         }
@@ -61,6 +64,7 @@ enum CResult {
         do {
             return try body()
         } catch {
+            LastErrorMessage.set(error.message)
             errno = error.errno
             return -1
         }
@@ -73,9 +77,53 @@ enum CResult {
             try body()
             return 0
         } catch {
+            LastErrorMessage.set(error.message)
             errno = error.boundaryErrno
             return -1
         }
+    }
+}
+
+/// The message of the calling thread's last failed call (ACSecureFileLastErrorMessage): a copy in
+/// C memory behind a pthread key, freed when the thread ends or the next failure replaces it.
+enum LastErrorMessage {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        guard pthread_key_create(&key, { free($0) }) == 0 else { fatalError("ACSecureFile: no thread-specific key for error messages") }
+        return key
+    }()
+
+    static func set(_ message: String) {
+        let old = pthread_getspecific(key)
+        // strdup failing (no memory) leaves no message: errno still says what failed.
+        pthread_setspecific(key, strdup(message))
+        free(old)
+    }
+
+    /// The words of any error this layer reports.
+    static func set(_ error: any Error) {
+        switch error {
+        case let e as SecureFileError: set(e.message)
+        case let e as SecureServicesError: set(e.message)
+        case WrappedFileOpenError.unknownWrapperFormat(let message): set(message)
+        case WrappedFileOpenError.secureFile(let e): set(e.message)
+        default: set("\(error)")
+        }
+    }
+
+    /// Copies the message as snprintf would; returns its full length.
+    static func copy(into buffer: UnsafeMutablePointer<CChar>?, size: Int) -> Int {
+        guard let message = pthread_getspecific(key)?.assumingMemoryBound(to: CChar.self) else {
+            if let buffer, size > 0 { buffer[0] = 0 }
+            return 0
+        }
+        let length = strlen(message)
+        if let buffer, size > 0 {
+            let n = min(length, size - 1)
+            memcpy(buffer, message, n)
+            buffer[n] = 0
+        }
+        return length
     }
 }
 

@@ -106,6 +106,7 @@ enum WrappedCResult {
         } catch {
             let e = WrappedCError(error)
             entry.lastError.store(e.code, ordering: .relaxed)
+            LastErrorMessage.set(error)
             errno = e.errno
             return -1
         }
@@ -117,6 +118,7 @@ enum WrappedCResult {
             try body()
             return 0
         } catch {
+            LastErrorMessage.set(error)
             errno = WrappedCError(error).errno
             return -1
         }

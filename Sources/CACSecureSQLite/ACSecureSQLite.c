@@ -116,6 +116,7 @@ typedef struct ACSQLFile {
     int markWritten;     /* this EXCLUSIVE lock has stored a new change mark */
     int needsDirSync;    /* a new journal: sync its directory at the first xSync */
     int persistWAL;      /* SQLITE_FCNTL_PERSIST_WAL, kept as the unix VFS keeps it */
+    int chunkSize;       /* SQLITE_FCNTL_CHUNK_SIZE: the file's length is kept a multiple of it (0: off) */
     int lastErrno;
     char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
     /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
@@ -149,6 +150,33 @@ static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
     return 0;
 }
 
+/*
+ * The engine's report on a file's end, right after it is opened (ACSecureFileLastError): an
+ * interrupted write recovered (bytes after the last authenticated end, which a crash in the middle
+ * of an extension leaves: SQLite's hot journal restores what the write changed) is logged and the
+ * file used; no end that authenticates at all (the file was cut or damaged at its end, never what a
+ * crash leaves) refuses a database with SQLITE_CORRUPT, SQLite's code for a database image that is
+ * not what was written (applications handle it as a damaged database). A journal in that state is
+ * read as SQLite reads a short or torn journal: its chunks that do not authenticate read as zeros
+ * (acsqlReadFile), which its record checksums reject, so the rollback stops there.
+ */
+static int acsqlCheckEnd(int fd, const char *path, int isDatabase) {
+    if (ACSecureFileLastError(fd) != ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) return SQLITE_OK;
+    off_t recovered = ACSecureFileRecoveredBytes(fd);
+    if (recovered > 0) {
+        sqlite3_log(SQLITE_NOTICE, "acsecure: %s: an interrupted write was recovered: the %lld bytes after its last authenticated end are ignored",
+                    path, (long long)recovered);
+        return SQLITE_OK;
+    }
+    if (isDatabase) {
+        sqlite3_log(SQLITE_CORRUPT, "acsecure: %s: the database's end does not authenticate (the file was cut, extended or damaged at its end): not opened",
+                    path);
+        return SQLITE_CORRUPT;
+    }
+    sqlite3_log(SQLITE_WARNING, "acsecure: %s: the journal's end does not authenticate (cut or damaged): it is read as a short journal", path);
+    return SQLITE_OK;
+}
+
 /* After taking SHARED: reopen the database's descriptor if another process changed the file. */
 static int acsqlRefresh(ACSQLFile *f) {
     uint64_t mark;
@@ -165,6 +193,10 @@ static int acsqlRefresh(ACSQLFile *f) {
             f->lastErrno = errno;
             sqlite3_log(SQLITE_IOERR_READ, "acsecure: reopen %s after another process changed it: %s", node->path, strerror(errno));
             rc = errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
+        } else if ((rc = acsqlCheckEnd(fd, node->path, 1)) != SQLITE_OK) {
+            /* Cut or damaged at its end since this process last read it: nothing is read from it. */
+            ACSecureFileClose(fd);
+            __atomic_store_n(&node->fd, -1, __ATOMIC_RELEASE);
         } else {
             node->seen = mark;
         }
@@ -196,6 +228,24 @@ static int acsqlWriteMark(ACSQLFile *f) {
 }
 
 static sqlite3_vfs *acsqlDefaultVFS(sqlite3_vfs *vfs) { return (sqlite3_vfs *)vfs->pAppData; }
+
+/* sqlite3_log cuts a message at about 210 bytes: a longer one (an engine message with a path) is
+ * logged in pieces, each "acsecure: ", the later ones marked as continuations. */
+static void acsqlLogLong(int code, const char *text) {
+    const size_t piece = 180;
+    size_t length = strlen(text), at = 0;
+    for (int first = 1; at < length; first = 0) {
+        size_t n = length - at;
+        if (n > piece) {
+            n = piece;
+            while (n > piece / 2 && text[at + n] != ' ') n--;  /* end a piece at a space if there is one */
+            if (text[at + n] != ' ') n = piece;
+        }
+        sqlite3_log(code, "acsecure: %s%.*s", first ? "" : "(continued) ", (int)n, text + at);
+        at += n;
+        while (at < length && text[at] == ' ') at++;
+    }
+}
 
 /* ---- Locks: open-file-description locks, so each connection (not each process) owns its locks. */
 
@@ -342,11 +392,14 @@ static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_
         ssize_t n = ACSecureFilePwrite(acsqlFD(f), p + done, amount - done, (off_t)(offset + (sqlite3_int64)done));
         if (n < 0) {
             if (errno == EINTR) continue;
-            f->lastErrno = errno;
+            int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+            f->lastErrno = e;
             sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: write %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
-                        (long long)offset, strerror(errno), ACSecureFileLastError(acsqlFD(f)));
-            if (errno == ENOSPC || errno == EDQUOT) return SQLITE_FULL;
-            return errno == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
+                        (long long)offset, strerror(e), ace);
+            if (e == ENOSPC || e == EDQUOT) return SQLITE_FULL;
+            /* Refused because the file's end or the chunk being rewritten fails authentication. */
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) return SQLITE_IOERR_DATA;
+            return e == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_WRITE;
         }
         if (n == 0) { f->lastErrno = ENOSPC; return SQLITE_FULL; }
         done += (size_t)n;
@@ -608,6 +661,13 @@ static int acsqlReadFile(ACSQLFile *f, void *buf, int amount, sqlite3_int64 offs
                 continue;
             }
             f->lastErrno = e;
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) {
+                /* As SQLite's checksum VFS reports a page that fails its check: tampering or damage,
+                 * told apart from a disk's read error (SQLITE_IOERR_READ). */
+                sqlite3_log(SQLITE_IOERR_DATA, "acsecure: read %s at %lld: a chunk fails authentication (tampered with or damaged)",
+                            f->path ? f->path : "(temporary file)", (long long)offset);
+                return SQLITE_IOERR_DATA;
+            }
             sqlite3_log(SQLITE_IOERR_READ, "acsecure: read %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
                         (long long)offset, strerror(e), ace);
             return e == EACCES ? SQLITE_IOERR_AUTH : SQLITE_IOERR_READ;
@@ -691,8 +751,14 @@ static int acsqlWrite(sqlite3_file *file, const void *buf, int amount, sqlite3_i
     return acsqlPwriteAll(f, buf, (size_t)amount, offset);
 }
 
+/* As the unix VFS: with SQLITE_FCNTL_CHUNK_SIZE set, lengths are rounded up to whole such chunks. */
+static sqlite3_int64 acsqlRoundedLength(ACSQLFile *f, sqlite3_int64 size) {
+    return f->chunkSize > 0 ? (size + f->chunkSize - 1) / f->chunkSize * f->chunkSize : size;
+}
+
 static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
+    size = acsqlRoundedLength(f, size);
     int rc = acsqlWriteMark(f);
     if (rc == SQLITE_OK) rc = acsqlFlushDatabaseOf(f);  /* a journal cut to 0 is no longer hot (TRUNCATE mode) */
     if (rc == SQLITE_OK) rc = acsqlCacheFlush(f);
@@ -700,9 +766,11 @@ static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     if (rc == SQLITE_OK) rc = acsqlFlushPending(f);
     if (rc != SQLITE_OK) return rc;
     if (ACSecureFtruncate(acsqlFD(f), (off_t)size) != 0) {
-        f->lastErrno = errno;
-        sqlite3_log(SQLITE_IOERR_TRUNCATE, "acsecure: truncate %s to %lld: %s", f->path ? f->path : "(temporary file)", (long long)size, strerror(errno));
-        return SQLITE_IOERR_TRUNCATE;
+        int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+        f->lastErrno = e;
+        sqlite3_log(SQLITE_IOERR_TRUNCATE, "acsecure: truncate %s to %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
+                    (long long)size, strerror(e), ace);
+        return e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR ? SQLITE_IOERR_DATA : SQLITE_IOERR_TRUNCATE;
     }
     return SQLITE_OK;
 }
@@ -745,6 +813,15 @@ static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
     return SQLITE_OK;
 }
 
+/* Where temporary files go, as the unix VFS looks: $SQLITE_TMPDIR, $TMPDIR, /var/tmp, /tmp. */
+static const char *acsqlTemporaryDirectory(void) {
+    const char *dir = getenv("SQLITE_TMPDIR");
+    if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = getenv("TMPDIR");
+    if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = "/var/tmp";
+    if (access(dir, W_OK | X_OK) != 0) dir = "/tmp";
+    return dir;
+}
+
 static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
     ACSQLFile *f = (ACSQLFile *)file;
     switch (op) {
@@ -775,6 +852,42 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
         *(int *)arg = moved;
         return SQLITE_OK;
     }
+    case SQLITE_FCNTL_LAST_ERRNO:
+        *(int *)arg = f->lastErrno;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_CHUNK_SIZE:
+        /* As the unix VFS: the file grows (SIZE_HINT) and is cut (xTruncate) in whole such chunks. */
+        f->chunkSize = *(int *)arg > 0 ? *(int *)arg : 0;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_SIZE_HINT: {
+        /* As the unix VFS: with a chunk size, the file is extended now to the hint rounded up to
+         * whole chunks (through the engine: a sparse extension, its holes read as zeros); without
+         * one, nothing is done. Never shrinks. */
+        if (f->chunkSize <= 0) return SQLITE_OK;
+        sqlite3_int64 now = 0, want = acsqlRoundedLength(f, *(sqlite3_int64 *)arg);
+        int rc = acsqlFileSize(file, &now);
+        if (rc != SQLITE_OK || want <= now) return rc;
+        return acsqlTruncate(file, want);
+    }
+    case SQLITE_FCNTL_TEMPFILENAME: {
+        /* As the unix VFS: a name for a new temporary file, in the directory the VFS uses for them. */
+        char *name = sqlite3_malloc(4096);
+        if (name == NULL) return SQLITE_NOMEM;
+        unsigned long long r;
+        sqlite3_randomness((int)sizeof r, &r);
+        sqlite3_snprintf(4096, name, "%s/etilqs_acsecure_%016llx", acsqlTemporaryDirectory(), r);
+        *(char **)arg = name;
+        return SQLITE_OK;
+    }
+    case SQLITE_FCNTL_MMAP_SIZE:
+        /* Memory mapping stays off (a mapping would expose ciphertext, not pages): the limit is 0
+         * whatever is asked, as the unix VFS answers when mmap is not available. */
+        *(sqlite3_int64 *)arg = 0;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_EXTERNAL_READER:
+        /* Whether another process reads the database through its WAL index: no WAL, no such reader. */
+        *(int *)arg = 0;
+        return SQLITE_OK;
     case SQLITE_FCNTL_POWERSAFE_OVERWRITE:
         /* Asked, the answer is 0 (xDeviceCharacteristics): a chunk rewrite is not powersafe, a torn
          * one fails authentication as a whole. Setting 0 is accepted; setting 1 is accepted as the
@@ -894,12 +1007,13 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, u
 static int acsqlWriteCacheChunks(const char *name) {
     if (name != NULL && !sqlite3_uri_boolean(name, "acsecure_write_cache", 1)) return 0;
     const char *raw = getenv("ACSECURE_WRITE_CACHE_MIB");
-    if (raw == NULL) return 16 * ((1 << 20) / ACSQL_CHUNK_SIZE);
+    if (raw == NULL || *raw == '\0') return 16 * ((1 << 20) / ACSQL_CHUNK_SIZE);  /* unset or set empty: the default */
     char *end;
     errno = 0;
     long mib = strtol(raw, &end, 10);
-    if (*raw == '\0' || *end != '\0' || errno != 0 || mib < 0 || mib > 1024) {
-        sqlite3_log(SQLITE_CANTOPEN, "acsecure: ACSECURE_WRITE_CACHE_MIB=%s (allowed: 0 for none, 1 to 1024)", raw);
+    if (*end != '\0' || errno != 0 || mib < 0 || mib > 1024) {
+        sqlite3_log(SQLITE_CANTOPEN, "acsecure: ACSECURE_WRITE_CACHE_MIB=%s is not a size (allowed: whole MiB, 0 for none, 1 to 1024; unset or empty for 16): no database is opened",
+                    raw);
         return -1;
     }
     return (int)mib * ((1 << 20) / ACSQL_CHUNK_SIZE);
@@ -937,10 +1051,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
     }
     if (name == NULL) {
         /* An anonymous temporary file: a fresh secure file that is unlinked at once. */
-        const char *dir = getenv("SQLITE_TMPDIR");
-        if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = getenv("TMPDIR");
-        if (dir == NULL || access(dir, W_OK | X_OK) != 0) dir = "/var/tmp";
-        if (access(dir, W_OK | X_OK) != 0) dir = "/tmp";
+        const char *dir = acsqlTemporaryDirectory();
         for (int attempt = 0; attempt < 100 && f->fd < 0; attempt++) {
             unsigned long long r;
             sqlite3_randomness((int)sizeof r, &r);
@@ -1000,12 +1111,23 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
         if (f->fd < 0) {
             int e = errno;
             f->lastErrno = e;
-            sqlite3_log(SQLITE_CANTOPEN, "acsecure: cannot open %s: %s%s", name, strerror(e),
-                        e == EIO ? " (not a secure file, or encrypted under another key)"
-                        : e == EACCES ? " (permission denied, or secure services have no keys)" : "");
+            /* The engine's own words: which file, and why (no store, services locked, another key...). */
+            char why[2048];
+            ACSecureFileLastErrorMessage(why, sizeof why);
+            char *text = sqlite3_mprintf("cannot open %s: %s", why[0] ? why : name, strerror(e));
+            if (text != NULL) acsqlLogLong(SQLITE_CANTOPEN, text);
+            sqlite3_free(text);
             sqlite3_free(f->path);
             f->path = NULL;
             return (e == EIO && (type & SQLITE_OPEN_MAIN_DB)) ? SQLITE_NOTADB : SQLITE_CANTOPEN;
+        }
+        int endRC = acsqlCheckEnd(f->fd, name, (type & SQLITE_OPEN_MAIN_DB) != 0);
+        if (endRC != SQLITE_OK) {
+            ACSecureFileClose(f->fd);
+            f->fd = -1;
+            sqlite3_free(f->path);
+            f->path = NULL;
+            return endRC;
         }
         if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
         if (type & SQLITE_OPEN_MAIN_JOURNAL) {

@@ -217,6 +217,34 @@ final class ACSecureFileCAPITests: CAPITestCase {
     }
 
 
+    /// ACSecureFileLastErrorMessage: the calling thread's last failure in words, naming the file;
+    /// kept per thread (another thread's failure does not replace it), and as snprintf for sizes.
+    func testLastErrorMessageSaysWhyPerThread() {
+        /// The calling thread's message.
+        func lastMessage() -> (text: String, length: Int) {
+            var buffer = [CChar](repeating: 0, count: 512)
+            let length = ACSecureFileLastErrorMessage(&buffer, buffer.count)
+            return (String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), length)
+        }
+        assertFails(open("missing-file", O_RDONLY), errno: ENOENT)
+        let (message, length) = lastMessage()
+        XCTAssertEqual(length, message.utf8.count)
+        XCTAssertTrue(message.contains(path("missing-file")) && message.contains("No such file"), message)
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            _ = ACSecureFile_openWithMode("/nonexistent-dir/x", O_RDONLY, 0)
+            done.signal()
+        }
+        thread.start()
+        done.wait()
+        XCTAssertEqual(lastMessage().text, message, "another thread's failure left this thread's message")
+        var small = [CChar](repeating: 0x7F, count: 5)
+        XCTAssertEqual(ACSecureFileLastErrorMessage(&small, small.count), length, "the full length, as snprintf")
+        XCTAssertEqual(small[4], 0)
+        XCTAssertEqual(String(decoding: small.prefix(4).map { UInt8(bitPattern: $0) }, as: UTF8.self), String(message.prefix(4)))
+        XCTAssertEqual(ACSecureFileLastErrorMessage(nil, 0), length)
+    }
+
     // MARK: errno of the path calls
 
     func testOpenErrnoMatchesPOSIX() {

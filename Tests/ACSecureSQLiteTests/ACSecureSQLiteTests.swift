@@ -104,6 +104,108 @@ final class ACSecureSQLiteTests: XCTestCase {
         XCTAssertEqual(try rows(db, "PRAGMA journal_mode"), [["delete"]])
     }
 
+    /// A database of about 40 chunks, closed; returns its bytes on disk.
+    private func makeDatabase(_ name: String) throws -> [UInt8] {
+        let db = try open(name, vfs: "acsecure")
+        _ = try rows(db, """
+            CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT);
+            WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2500)
+              INSERT INTO t(name) SELECT 'row-' || i || '-' || hex(randomblob(20)) FROM c;
+            """)
+        XCTAssertEqual(sqlite3_close(db), SQLITE_OK)
+        return try XCTUnwrap(readBytes(directory + "/" + name))
+    }
+
+    private func readBytes(_ path: String) -> [UInt8]? { (try? Data(contentsOf: URL(fileURLWithPath: path))).map { [UInt8]($0) } }
+    private func writeBytes(_ path: String, _ bytes: [UInt8]) throws { try Data(bytes).write(to: URL(fileURLWithPath: path)) }
+
+    /// The code sqlite3_open_v2 gives for the database at `name` through acsecure (closing it).
+    private func openCode(_ name: String) -> Int32 {
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(directory + "/" + name, &db, SQLITE_OPEN_READWRITE, "acsecure")
+        sqlite3_close(db)
+        return rc
+    }
+
+    /// Issue 25: a database cut by whole on-disk chunks, to half, or into its trailer opened
+    /// silently as a shorter database. Its end does not authenticate, so the open is refused with
+    /// SQLITE_CORRUPT and the file is left as it is; bytes appended after an authenticated end (what
+    /// a crash in the middle of an extension leaves) are ignored and the database opens whole.
+    func testADatabaseWhoseEndDoesNotAuthenticateIsRefusedAtOpen() throws {
+        let original = try makeDatabase("cut.db")
+        let physicalChunk = 4096 + 32
+        XCTAssertGreaterThan(original.count, 30 * physicalChunk)
+        let half = 128 + (original.count - 128 - 32) / physicalChunk / 2 * physicalChunk + 32
+        for cut in [physicalChunk, 2 * physicalChunk, original.count - half, 32, 1] {
+            let damaged = Array(original.prefix(original.count - cut))
+            try writeBytes(directory + "/cut.db", damaged)
+            XCTAssertEqual(openCode("cut.db"), SQLITE_CORRUPT, "cut by \(cut) bytes")
+            XCTAssertEqual(readBytes(directory + "/cut.db"), damaged, "the refused database is left as it was")
+        }
+        try writeBytes(directory + "/cut.db", original + [UInt8](repeating: 0xA5, count: 100))
+        let db = try open("cut.db", vfs: "acsecure")
+        defer { sqlite3_close(db) }
+        XCTAssertEqual(try rows(db, "SELECT count(*) FROM t; PRAGMA integrity_check;"), [["2500"], ["ok"]])
+    }
+
+    /// Issue 25: a chunk that fails authentication (tampering) is SQLITE_IOERR_DATA, as SQLite's
+    /// checksum VFS reports a page that fails its check, not SQLITE_IOERR_READ (a disk's error).
+    func testAChunkThatFailsAuthenticationIsIOERR_DATA() throws {
+        var bytes = try makeDatabase("flip.db")
+        bytes[128 + 5 * (4096 + 32) + 100] ^= 0x01  // inside chunk 5's ciphertext
+        try writeBytes(directory + "/flip.db", bytes)
+        let db = try open("flip.db", vfs: "acsecure")
+        defer { sqlite3_close(db) }
+        XCTAssertThrowsError(try rows(db, "SELECT count(*), max(name) FROM t; PRAGMA integrity_check;"))
+        // SQLITE_IOERR_DATA (sqlite3.h: SQLITE_IOERR | (32<<8), a macro Swift does not import).
+        XCTAssertEqual(sqlite3_extended_errcode(db), SQLITE_IOERR | (32 << 8), String(cString: sqlite3_errmsg(db)))
+    }
+
+    /// The file controls the unix VFS answers, answered the same way (issue 25): LAST_ERRNO,
+    /// CHUNK_SIZE with SIZE_HINT (the file grows to the hint in whole chunks) and the rounding of
+    /// later truncations, TEMPFILENAME, MMAP_SIZE (0: no mapping), EXTERNAL_READER (0 without WAL).
+    func testFileControlsAreAnsweredAsTheUnixVFSAnswersThem() throws {
+        for vfs in [nil, "acsecure"] {
+            let name = vfs == nil ? "fc-plain.db" : "fc-secure.db"
+            let db = try open(name, vfs: vfs)
+            defer { sqlite3_close(db) }
+            _ = try rows(db, "CREATE TABLE t(x); INSERT INTO t VALUES(randomblob(10000));")
+            /// The file's length as SQLite's VFS sees it: the plaintext length for a secure file.
+            func length() -> Int64 {
+                var st = stat()
+                if vfs == nil { return stat(directory + "/" + name, &st) == 0 ? Int64(st.st_size) : -1 }
+                return ACSecureLstat(directory + "/" + name, &st) == 0 ? Int64(st.st_size) : -1
+            }
+            var errnoValue: Int32 = -1
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &errnoValue), SQLITE_OK, "\(vfs ?? "unix")")
+            XCTAssertEqual(errnoValue, 0)
+            var hint: Int64 = 100_000
+            let before = length()
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_SIZE_HINT, &hint), SQLITE_OK)
+            XCTAssertEqual(length(), before, "\(vfs ?? "unix"): without a chunk size a size hint changes nothing")
+            var chunk: Int32 = 65536
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_CHUNK_SIZE, &chunk), SQLITE_OK)
+            _ = try rows(db, "BEGIN IMMEDIATE")
+            hint = 100_000
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_SIZE_HINT, &hint), SQLITE_OK)
+            _ = try rows(db, "COMMIT")
+            XCTAssertEqual(length(), 131_072, "\(vfs ?? "unix"): the hint rounded up to whole chunks")
+            _ = try rows(db, "INSERT INTO t VALUES(randomblob(200000)); DELETE FROM t; VACUUM;")
+            XCTAssertEqual(length() % 65536, 0, "\(vfs ?? "unix"): a truncation keeps whole chunks")
+            XCTAssertEqual(try rows(db, "PRAGMA integrity_check"), [["ok"]])
+            var temporaryName: UnsafeMutablePointer<CChar>?
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_TEMPFILENAME, &temporaryName), SQLITE_OK)
+            XCTAssertNotNil(temporaryName.map { String(cString: $0) }.flatMap { $0.hasPrefix("/") ? $0 : nil }, "\(vfs ?? "unix"): a temporary name")
+            sqlite3_free(temporaryName)
+            var mmap: Int64 = -1
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_MMAP_SIZE, &mmap), SQLITE_OK)
+            if vfs != nil { XCTAssertEqual(mmap, 0, "acsecure never maps the file") }
+            var reader: Int32 = -1
+            XCTAssertEqual(sqlite3_file_control(db, "main", SQLITE_FCNTL_EXTERNAL_READER, &reader), SQLITE_OK)
+            XCTAssertEqual(reader, 0)
+        }
+    }
+
     func testAPlainDatabaseIsNotOpenedAsSecure() throws {
         let plain = try open("plain.db", vfs: nil)
         _ = try rows(plain, "CREATE TABLE t(x); INSERT INTO t VALUES('clear');")

@@ -43,10 +43,25 @@ mkdir "$work/workload-small-write-cache" && ACSECURE_WRITE_CACHE_MIB=1 "$work/sq
 for cache in READ WRITE; do
     if (cd "$work" && env "ACSECURE_${cache}_CACHE_MIB=lots" ./secure-sqlite bad-cache.db "x") >"$work/bad-cache.out" 2>&1; then
         echo "caches: FAIL: ACSECURE_${cache}_CACHE_MIB=lots opened the database" >&2; status=1
+    elif ! grep -q "ACSECURE_${cache}_CACHE_MIB=lots is not a size" "$work/bad-cache.out"; then
+        echo "caches: FAIL: ACSECURE_${cache}_CACHE_MIB=lots was refused without saying why:" >&2; cat "$work/bad-cache.out" >&2; status=1
     else
-        echo "caches: ACSECURE_${cache}_CACHE_MIB=lots refuses to open the database"
+        echo "caches: ACSECURE_${cache}_CACHE_MIB=lots refuses to open the database, saying why"
+    fi
+    # Set but empty is unset (a shell's VAR=), not an error.
+    if ! (cd "$work" && env "ACSECURE_${cache}_CACHE_MIB=" ./secure-sqlite empty-cache.db "x") >"$work/empty-cache.out" 2>&1; then
+        echo "caches: FAIL: ACSECURE_${cache}_CACHE_MIB= (empty) refused the database:" >&2; cat "$work/empty-cache.out" >&2; status=1
     fi
 done
+# Set-up friction: without a store the example says why (the VFS's sqlite3_log, which it prints),
+# not only SQLite's "unable to open database file".
+if (cd "$work" && ACSECURE_HOME="$work/no-store" ACSECURE_CREATE_STORE= ./secure-sqlite nostore.db "x") >"$work/no-store.out" 2>&1; then
+    echo "setup: FAIL: a database opened without a store" >&2; status=1
+elif grep -q "no secure services store at $work/no-store" "$work/no-store.out" && grep -q "ACSECURE_CREATE_STORE=1" "$work/no-store.out"; then
+    echo "setup: without a store the open fails saying so and how to create one"
+else
+    echo "setup: FAIL: without a store the reason was not given:" >&2; cat "$work/no-store.out" >&2; status=1
+fi
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
 mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" FULL || status=1

@@ -352,9 +352,11 @@ int ACSecureTruncate(const char *path, off_t length);
  * The ACE_* detail of the last call on fd (ACError.h): ACE_NO_ERROR after a successful call,
  * the failure's detail after a failed one (ACE_NO_ERROR when errno says it all, e.g. ENOSPC).
  * Right after a successful open it is ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR when the file's end did
- * not authenticate and an interrupted write was recovered: the bytes of that write after the last
- * complete end are not read, and the next change of the file removes them (see also
- * ACSecureFileRecoveredBytes).
+ * not authenticate: either an interrupted write was recovered (ACSecureFileRecoveredBytes > 0: the
+ * bytes of that write after the last complete end are not read, and the next change of the file
+ * removes them), or no end authenticates at all, a file cut or damaged at its end
+ * (ACSecureFileRecoveredBytes fails with EIO: the file reads up to its damaged tail and refuses
+ * every change but a cut to 0).
  * Call it right after a call on a valid, open descriptor failed; see "Thread safety" above.
  *
  * Returns the ACError value, or -1 with errno EBADF when fd is not an open secure descriptor.
@@ -366,9 +368,25 @@ int ACSecureFileLastError(int fd);
  * that was interrupted (a crash) or bytes appended by someone else. They are never read; the
  * next change of the file cuts them off.
  *
- * Returns the count, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO.
+ * Returns the count, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO (with
+ * ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR when no end authenticates: the file was cut or damaged at its
+ * end).
  */
 off_t ACSecureFileRecoveredBytes(int fd);
+
+/**
+ * Why the calling thread's last failed call of this API failed, in words: the message names the
+ * file and the reason (e.g. "notes.db: secure services cannot start (no secure services store at
+ * /home/you/.local/share/acsecure (no seed file); create one with `acsecure init`,
+ * ACSecureServicesStart, or ACSECURE_CREATE_STORE=1)"), as errno names only its class. Kept per
+ * thread, like errno, until the thread's next failed call; a successful call leaves it. Never
+ * holds file contents or keys (names of files may appear).
+ *
+ * Copies at most size - 1 bytes and a NUL into buffer (nothing when size is 0) and returns the
+ * message's full length, as snprintf does; 0 (and an empty string) when no call of this thread
+ * has failed.
+ */
+size_t ACSecureFileLastErrorMessage(char *buffer, size_t size);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,34 @@
  * files (chunked AES-256-GCM, keyed by secure services: ACSecureServices.h; start them before the
  * first open, or let ACSECURE_APP_ID / ACSECURE_HOME start them from the environment).
  *
+ * Setting up, from nothing:
+ *   - Keys: call ACSecureServicesStart("com.example.app", NULL) once (it creates the store, by
+ *     default ~/.local/share/acsecure, when it is missing), or set ACSECURE_APP_ID (and
+ *     ACSECURE_HOME for another store) and let the first open start services; a missing store is
+ *     then created only with ACSECURE_CREATE_STORE=1 (or `acsecure init`).
+ *   - Errors: SQLite's codes say what failed ("unable to open database file"); the VFS says why
+ *     through sqlite3_log (no store, services locked, a damaged database, a bad setting): install
+ *     sqlite3_config(SQLITE_CONFIG_LOG, ...) before SQLite is initialized to see it (Examples/c/
+ *     secure-sqlite.c prints the lines that start with "acsecure:").
+ *   - Environment (read at each open; unset or empty means the default):
+ *       ACSECURE_APP_ID, ACSECURE_HOME, ACSECURE_CREATE_STORE, ACSECURE_PASSCODE: ACSecureServices.h;
+ *       ACSECURE_READ_CACHE_MIB, ACSECURE_WRITE_CACHE_MIB: the caches below (whole MiB, 0 to 1024);
+ *       any other value refuses every open with SQLITE_CANTOPEN, and the log says which variable.
+ *
+ * Damage and tampering: a database whose end does not authenticate (the file was cut — by whole
+ * chunks, to half, into its trailer — or extended or damaged at its end; a crash never leaves
+ * that) is refused at open with SQLITE_CORRUPT ("database disk image is malformed": SQLite's code
+ * for a database image that is not what was written, which applications already handle as a
+ * damaged database), never opened as a shorter database. Bytes after an authenticated end (a
+ * crash in the middle of an extension leaves them; the hot journal restores what the write
+ * changed) are ignored and logged. A chunk that fails authentication when read is
+ * SQLITE_IOERR_DATA, as SQLite's checksum VFS reports a page that fails its check (a disk's read
+ * error stays SQLITE_IOERR_READ), except in a journal and in a database whose journal exists, where
+ * it reads as zeros (below); a write the engine refuses because the file's end or the rewritten
+ * chunk does not authenticate is SQLITE_IOERR_DATA too. A journal whose end does not authenticate
+ * is read as SQLite reads a short or torn journal: what does not authenticate reads as zeros,
+ * which its record checksums reject.
+ *
  * Locking: SQLite's usual protocol (SHARED, RESERVED, PENDING, EXCLUSIVE at SQLite's byte offsets)
  * with open-file-description locks on "<database>-aclock", a small plain file next to the database
  * that is created on first open and never removed (like a WAL database's -shm). Several processes,
@@ -44,14 +72,18 @@
  * synced journal chunk. Such a torn chunk fails authentication; the VFS reads it as zeros in a
  * journal (SQLite's record checksums reject it, as they reject a torn sector of a plain journal)
  * and in a database while the database's journal exists (the rollback restores the page);
- * anywhere else it is an error (SQLITE_IOERR_READ), never wrong data.
+ * anywhere else it is an error (SQLITE_IOERR_DATA), never wrong data.
  *
- * File controls: SQLITE_FCNTL_LOCKSTATE, VFSNAME, SYNC, COMMIT_PHASETWO, HAS_MOVED (the path no
- * longer names the open file) and PRAGMA (journal_mode=WAL is refused with a message) as the unix VFS; SQLITE_FCNTL_PERSIST_WAL is asked and set as there
- * (it has no effect while WAL is refused, but an application that sets it when it opens a database
- * opens); SQLITE_FCNTL_POWERSAFE_OVERWRITE is asked (always 0, see above) and may be set, but a 1 is
- * not honoured (sqlite3_log says so). Others answer SQLITE_NOTFOUND, which SQLite treats as "no
- * such control".
+ * File controls, answered as the unix VFS answers them: LOCKSTATE, LAST_ERRNO, VFSNAME, SYNC,
+ * COMMIT_PHASETWO, HAS_MOVED (the path no longer names the open file), CHUNK_SIZE (the file then
+ * grows and is cut in whole such chunks), SIZE_HINT (with a chunk size, the file is extended to the
+ * hint rounded up to whole chunks, sparsely: no encryption of the hole; without one, nothing),
+ * TEMPFILENAME (a new name in SQLite's temporary directory), MMAP_SIZE (always 0: the file is never
+ * memory-mapped, a mapping would show ciphertext, not pages), EXTERNAL_READER (0: no WAL index),
+ * PERSIST_WAL (asked and set; no effect while WAL is refused, but an application that sets it when
+ * it opens a database opens), POWERSAFE_OVERWRITE (asked: always 0, see above; setting 1 is accepted
+ * but not honoured, and sqlite3_log says so) and PRAGMA (journal_mode=WAL is refused with a
+ * message). Others answer SQLITE_NOTFOUND, which SQLite treats as "no such control".
  *
  * Write cache: SQLite rewrites a page each time its page cache spills it, many times in a large
  * transaction (speedtest1 --size 200: 871,675 page writes, 60,320 distinct pages between syncs).
