@@ -3,7 +3,8 @@
 # prefix by scripts/install-c-library.sh, programs built with cc + `pkg-config acsecuresqlite`.
 #   - Tests/CSQLite/sqlite_vfs.c: the same workload on SQLite's default VFS and on "acsecure"
 #     (identical results, integrity_check, nothing in the clear), 2 writer processes and a reader on
-#     one database, and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
+#     one database, a second writer beside a steady one (fair locking: it gets in, as with plain
+#     SQLite), and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
 #     synchronous=FULL, then at half as many with synchronous=OFF, and at a quarter as many with
 #     synchronous=OFF in journal_mode TRUNCATE and PERSIST (the database's write cache is flushed
 #     before the journal's truncation or header write ends the transaction);
@@ -63,6 +64,8 @@ else
     echo "setup: FAIL: without a store the reason was not given:" >&2; cat "$work/no-store.out" >&2; status=1
 fi
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
+# Fair locking: a second writer beside a steady one gets in (no SQLITE_BUSY within 5 s, medians of 5 rounds).
+mkdir "$work/fair" && timeout 120 "$work/sqlite_vfs" fair "$work/fair" 5 || { echo "25-sqlite: FAIL: fair (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
 mkdir "$work/crash" && "$work/sqlite_vfs" crash "$work/crash/crash.db" "$kills" "$seed" FULL || status=1
 # synchronous=OFF: no xSync orders journal and database, so this checks the VFS's own ordering.
