@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -75,6 +76,8 @@ typedef struct ACSQLInode {
     uint64_t seen;       /* the change mark when fd was last made current */
     struct ACSQLFile *journal;  /* the open rollback journal (of the connection holding RESERVED), or NULL */
     struct ACSQLFile *writer;   /* the connection whose write cache holds chunks of this database, or NULL */
+    int walFD;           /* "<db>-aclock" with this process's flock: it uses the database in WAL mode; -1 */
+    int walUsers;        /* connections of this process with the WAL index mapped */
     struct ACSQLInode *next;
 } ACSQLInode;
 
@@ -128,11 +131,19 @@ typedef struct ACSQLFile {
     int chunkSize;       /* SQLITE_FCNTL_CHUNK_SIZE: the file's length is kept a multiple of it (0: off) */
     int lastErrno;
     char *path;          /* sqlite3_malloc'ed full path, NULL for anonymous temporary files */
+    /* WAL: this connection's view of the wal-index ("<db>-shm", plain shared memory, see ACSecureSQLite.h). */
+    int shmFD;           /* -1 until the first xShmMap */
+    void **shmRegions;   /* mapped regions, NULL-padded */
+    int shmRegionCount;
+    int shmRegionSize;
+    int walRefusalLogged; /* "one process at a time" said once per connection, not at each of SQLite's retries */
     /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
      * a chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
      * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
      * before any write to its database (the database must never be ahead of its journal). */
     int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */
+    int isWAL;           /* a "-wal" file: SQLite's offsets are mapped to slots (acsqlWALPhysical) */
+    int walPageSize;     /* its page size, from its header (0 until known) */
     ACSQLInode *journalOf;
     unsigned char *pending;
     sqlite3_int64 pendingOffset;
@@ -651,8 +662,11 @@ static int acsqlFlushAll(ACSQLFile *f) {
     return rc;
 }
 
+static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex);
+
 static int acsqlClose(sqlite3_file *file) {
     ACSQLFile *f = (ACSQLFile *)file;
+    acsqlShmUnmap(file, 0);  /* SQLite unmaps first; this only covers a connection it did not */
     int rc = acsqlFlushPending(f);
     if (f->journalOf != NULL) {
         /* A closed journal is deleted next (DELETE mode): the database's cached chunks go first. */
@@ -724,7 +738,7 @@ static int acsqlReadFile(ACSQLFile *f, void *buf, int amount, sqlite3_int64 offs
         if (n < 0) {
             if (errno == EINTR) continue;
             int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
-            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR && (f->journalKind || acsqlHasJournal(f))) {
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR && (f->journalKind || f->isWAL || acsqlHasJournal(f))) {
                 /* A journal chunk torn by a crash in the middle of its write (the engine rewrites a
                  * chunk in place: docs/FORMAT.md "What a crash can cost"). SQLite expects a torn
                  * sector of a journal to hold garbage, which its record checksums and header magic
@@ -794,8 +808,116 @@ static int acsqlCacheRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_
     return rc;
 }
 
+/*
+ * The "-wal" file's layout. SQLite's WAL is a 32-byte header and frames of a 24-byte header and a
+ * page (4,120 bytes for 4 KiB pages): frames do not fall on the engine's 4 KiB chunks, so appending
+ * a frame would rewrite the chunk that holds the end of the one before, and a crash tearing that
+ * rewrite (a SIGKILL may cut a write at a page boundary) would take a committed frame with it. So
+ * the VFS gives each frame chunks of its own: the WAL header is alone in chunk 0, frame k occupies
+ * the slot at 4096 + k·S (S = page size + 24 rounded up to whole chunks), its page at the slot's
+ * start and its frame header right after the page, and the file always ends on a chunk boundary
+ * (a write that extends it grows it to whole slots first: a sparse extension). A torn write then
+ * damages only the frame being written, which SQLite's frame checksums reject as they reject a torn
+ * frame of a plain WAL; such a chunk reads as zeros. With 4 KiB pages the file is about twice the
+ * size of a plain WAL (docs/FORMAT.md "SQLite files").
+ */
+#define ACSQL_WAL_HEADER 32
+#define ACSQL_WAL_FRAME_HEADER 24
+
+static sqlite3_int64 acsqlWALSlotSize(const ACSQLFile *f) {
+    return ((sqlite3_int64)f->walPageSize + ACSQL_WAL_FRAME_HEADER + ACSQL_CHUNK_SIZE - 1) / ACSQL_CHUNK_SIZE * ACSQL_CHUNK_SIZE;
+}
+
+/* The file offset of SQLite's offset `at`, and how many bytes from there are contiguous. */
+static sqlite3_int64 acsqlWALPhysical(const ACSQLFile *f, sqlite3_int64 at, sqlite3_int64 *contiguous) {
+    if (at < ACSQL_WAL_HEADER) { *contiguous = ACSQL_WAL_HEADER - at; return at; }
+    sqlite3_int64 frame = f->walPageSize + ACSQL_WAL_FRAME_HEADER;
+    sqlite3_int64 k = (at - ACSQL_WAL_HEADER) / frame, r = (at - ACSQL_WAL_HEADER) % frame;
+    sqlite3_int64 slot = ACSQL_CHUNK_SIZE + k * acsqlWALSlotSize(f);
+    if (r < ACSQL_WAL_FRAME_HEADER) { *contiguous = ACSQL_WAL_FRAME_HEADER - r; return slot + f->walPageSize + r; }
+    *contiguous = frame - r;
+    return slot + (r - ACSQL_WAL_FRAME_HEADER);
+}
+
+/* The file's length for SQLite's length `size`: whole chunks and slots. */
+static sqlite3_int64 acsqlWALPhysicalSize(const ACSQLFile *f, sqlite3_int64 size) {
+    if (size <= 0) return 0;
+    if (size <= ACSQL_WAL_HEADER || f->walPageSize == 0) return ACSQL_CHUNK_SIZE;
+    sqlite3_int64 frame = f->walPageSize + ACSQL_WAL_FRAME_HEADER;
+    return ACSQL_CHUNK_SIZE + (size - ACSQL_WAL_HEADER + frame - 1) / frame * acsqlWALSlotSize(f);
+}
+
+/* SQLite's length for the file's length `physical` (a slot not complete counts as a frame: its
+ * checksum rejects it). */
+static sqlite3_int64 acsqlWALLogicalSize(const ACSQLFile *f, sqlite3_int64 physical) {
+    if (physical <= 0) return 0;
+    if (physical <= ACSQL_CHUNK_SIZE || f->walPageSize == 0) return ACSQL_WAL_HEADER;
+    sqlite3_int64 slot = acsqlWALSlotSize(f);
+    return ACSQL_WAL_HEADER + (physical - ACSQL_CHUNK_SIZE + slot - 1) / slot * (f->walPageSize + ACSQL_WAL_FRAME_HEADER);
+}
+
+/* The page size in a WAL header (bytes 8..11, big-endian), 0 if it is not one. */
+static int acsqlWALHeaderPageSize(const unsigned char *header) {
+    uint32_t v = (uint32_t)header[8] << 24 | (uint32_t)header[9] << 16 | (uint32_t)header[10] << 8 | header[11];
+    return (v >= 512 && v <= 65536 && (v & (v - 1)) == 0) ? (int)v : 0;
+}
+
+static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_int64 offset) {
+    int rc = SQLITE_OK;
+    while (amount > 0) {
+        sqlite3_int64 contiguous;
+        sqlite3_int64 at = acsqlWALPhysical(f, offset, &contiguous);
+        int n = contiguous < amount ? (int)contiguous : amount;
+        if (offset >= ACSQL_WAL_HEADER && f->walPageSize == 0) {
+            memset(buf, 0, (size_t)amount);  /* no valid header: no frames */
+            return SQLITE_IOERR_SHORT_READ;
+        }
+        int frc = acsqlReadFile(f, buf, n, at);
+        if (frc == SQLITE_IOERR_SHORT_READ) rc = frc;
+        else if (frc != SQLITE_OK) return frc;
+        buf += n;
+        offset += n;
+        amount -= n;
+    }
+    return rc;
+}
+
+static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sqlite3_int64 offset) {
+    if (offset == 0 && amount >= ACSQL_WAL_HEADER) {
+        int pageSize = acsqlWALHeaderPageSize(buf);
+        if (pageSize != 0) f->walPageSize = pageSize;
+    }
+    if (f->walPageSize == 0 && offset + amount > ACSQL_WAL_HEADER) {
+        sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: a WAL frame written before a WAL header that names a page size", f->path);
+        return SQLITE_IOERR_WRITE;
+    }
+    /* Grow to whole slots first: the write then rewrites no chunk of an earlier frame. */
+    off_t now = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
+    if (now < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+    sqlite3_int64 end = acsqlWALPhysicalSize(f, offset + amount);
+    if (end > now && ACSecureFtruncate(acsqlFD(f), (off_t)end) != 0) {
+        int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+        f->lastErrno = e;
+        sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: cannot extend the WAL to %lld: %s (ACE %d)", f->path, (long long)end, strerror(e), ace);
+        if (e == ENOSPC || e == EDQUOT) return SQLITE_FULL;
+        return e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR ? SQLITE_IOERR_DATA : SQLITE_IOERR_WRITE;
+    }
+    while (amount > 0) {
+        sqlite3_int64 contiguous;
+        sqlite3_int64 at = acsqlWALPhysical(f, offset, &contiguous);
+        int n = contiguous < amount ? (int)contiguous : amount;
+        int rc = acsqlPwriteAll(f, buf, (size_t)n, at);
+        if (rc != SQLITE_OK) return rc;
+        buf += n;
+        offset += n;
+        amount -= n;
+    }
+    return SQLITE_OK;
+}
+
 static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
+    if (f->isWAL) return acsqlWALRead(f, buf, amount, offset);
     int frc = acsqlFlushPending(f);
     if (frc != SQLITE_OK) return frc;
     if (f->cache.count > 0) return acsqlCacheRead(f, buf, amount, offset);
@@ -804,6 +926,7 @@ static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 of
 
 static int acsqlWrite(sqlite3_file *file, const void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
+    if (f->isWAL) return acsqlWALWrite(f, buf, amount, offset);
     int rc = acsqlWriteMark(f);
     if (rc != SQLITE_OK) return rc;
     if (f->cache.capacity > 0 && amount > 0 && offset % ACSQL_CHUNK_SIZE == 0 && amount % ACSQL_CHUNK_SIZE == 0) {
@@ -840,7 +963,7 @@ static sqlite3_int64 acsqlRoundedLength(ACSQLFile *f, sqlite3_int64 size) {
 
 static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
-    size = acsqlRoundedLength(f, size);
+    size = f->isWAL ? acsqlWALPhysicalSize(f, size) : acsqlRoundedLength(f, size);
     int rc = acsqlWriteMark(f);
     if (rc == SQLITE_OK) rc = acsqlFlushDatabaseOf(f);  /* a journal cut to 0 is no longer hot (TRUNCATE mode) */
     if (rc == SQLITE_OK) rc = acsqlCacheFlush(f);
@@ -890,7 +1013,7 @@ static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
         f->lastErrno = errno;
         return SQLITE_IOERR_FSTAT;
     }
-    *size = (sqlite3_int64)length;
+    *size = f->isWAL ? acsqlWALLogicalSize(f, (sqlite3_int64)length) : (sqlite3_int64)length;
     if (f->cache.count > 0 && f->cache.end > *size) *size = f->cache.end;
     return SQLITE_OK;
 }
@@ -981,16 +1104,6 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
                         f->path ? f->path : "(temporary file)");
         }
         return SQLITE_OK;
-    case SQLITE_FCNTL_PRAGMA: {
-        /* Refuse WAL with a message instead of SQLite's silent fallback to the old journal mode. */
-        char **a = arg;
-        if (a[1] != NULL && a[2] != NULL && sqlite3_stricmp(a[1], "journal_mode") == 0 && sqlite3_stricmp(a[2], "wal") == 0) {
-            a[0] = sqlite3_mprintf("acsecure: journal_mode=WAL is not supported (WAL needs shared memory for its index, "
-                                   "which this VFS does not provide); use DELETE, TRUNCATE or PERSIST");
-            return SQLITE_ERROR;
-        }
-        return SQLITE_NOTFOUND;
-    }
     default:
         return SQLITE_NOTFOUND;
     }
@@ -1008,8 +1121,172 @@ static int acsqlDeviceCharacteristics(sqlite3_file *file) {
     return 0;
 }
 
+/*
+ * WAL. The "-wal" file holds page images: it is a secure file like the database. The wal-index
+ * ("<db>-shm") holds no content (page numbers, frame counts, salts and checksums, read marks and
+ * locks) and is shared memory exactly as the unix VFS provides it: a plain file mapped MAP_SHARED
+ * in 32 KiB regions, its locks open-file-description locks at the unix VFS's offsets (so each
+ * connection owns its locks), a "dead man switch" lock that resets a stale index when the first
+ * connection maps it, and the file removed when the last connection closes it.
+ *
+ * One process at a time: the engine keeps one state per file and process (length, last chunk,
+ * read cache), and in WAL mode a reader of one process would read what a writer or checkpointer of
+ * another changes under it with no SQLite lock telling the VFS to reread. So the first connection
+ * of a process that maps the index takes a flock(2) on a descriptor of "<db>-aclock" that the
+ * process keeps while any of its connections uses the index; a connection of another process gets
+ * SQLITE_BUSY (its busy handler waits, as for any lock) and the log says why. Connections of one
+ * process (a connection pool such as GRDB's DatabasePool: a writer and concurrent readers) share the
+ * engine's state and see every commit at once.
+ */
+#define ACSQL_SHM_SUFFIX "-shm"
+#define ACSQL_SHM_BASE ((22 + SQLITE_SHM_NLOCK) * 4)  /* the unix VFS's first lock byte */
+#define ACSQL_SHM_DMS (ACSQL_SHM_BASE + SQLITE_SHM_NLOCK)
+
+static int acsqlShmOpen(ACSQLFile *f) {
+    ACSQLInode *node = f->inode;
+    if (node == NULL || f->path == NULL) return SQLITE_IOERR_SHMOPEN;
+    /* The process's right to use the database in WAL mode (above). */
+    int rc = SQLITE_OK;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    if (node->walUsers == 0) {
+        char *lockPath = sqlite3_mprintf("%s%s", f->path, ACSQL_LOCK_SUFFIX);
+        int fd = lockPath ? open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        sqlite3_free(lockPath);
+        if (fd < 0) {
+            f->lastErrno = errno;
+            rc = SQLITE_IOERR_SHMOPEN;
+        } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            f->lastErrno = errno;
+            rc = (errno == EWOULDBLOCK) ? SQLITE_BUSY : SQLITE_IOERR_SHMOPEN;
+            if (rc == SQLITE_BUSY && !f->walRefusalLogged) {
+                f->walRefusalLogged = 1;
+                sqlite3_log(SQLITE_BUSY, "acsecure: %s: in WAL mode one process at a time uses the database, and another process has it open",
+                            f->path);
+            }
+            close(fd);
+        } else {
+            node->walFD = fd;
+        }
+    }
+    if (rc == SQLITE_OK) node->walUsers++;
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    if (rc != SQLITE_OK) return rc;
+
+    char *shmPath = sqlite3_mprintf("%s%s", f->path, ACSQL_SHM_SUFFIX);
+    if (shmPath == NULL) rc = SQLITE_NOMEM;
+    struct stat st;
+    mode_t mode = 0644;
+    if (stat(f->path, &st) == 0) mode = st.st_mode & 0777;
+    int fd = -1;
+    if (rc == SQLITE_OK) {
+        fd = open(shmPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0) { f->lastErrno = errno; rc = SQLITE_CANTOPEN; }
+    }
+    if (rc == SQLITE_OK) {
+        /* The first user of the index (no one holds the dead man switch) starts it empty: what a
+         * process that died left there is stale. The others only share it. */
+        if (acsqlSetLock(fd, F_WRLCK, ACSQL_SHM_DMS, 1) == 0) {
+            if (ftruncate(fd, 0) != 0) { f->lastErrno = errno; rc = SQLITE_IOERR_SHMOPEN; }
+        } else if (errno != EAGAIN && errno != EACCES) {
+            f->lastErrno = errno;
+            rc = SQLITE_IOERR_LOCK;
+        }
+        if (rc == SQLITE_OK && acsqlSetLock(fd, F_RDLCK, ACSQL_SHM_DMS, 1) != 0) rc = acsqlLockFailure(f, SQLITE_IOERR_LOCK);
+    }
+    if (rc != SQLITE_OK) {
+        sqlite3_log(rc, "acsecure: cannot open the WAL index %s: %s", shmPath ? shmPath : f->path, strerror(f->lastErrno));
+        if (fd >= 0) close(fd);
+        sqlite3_free(shmPath);
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (--node->walUsers == 0 && node->walFD >= 0) { close(node->walFD); node->walFD = -1; }
+        pthread_mutex_unlock(&acsqlInodesMutex);
+        return rc;
+    }
+    sqlite3_free(shmPath);
+    f->shmFD = fd;
+    /* Readers run beside a checkpoint in WAL mode, so the database's pages are written through: a
+     * page this connection held back would be missing for the others once the checkpoint is done. */
+    rc = acsqlCacheFlush(f);
+    acsqlCacheFree(f);
+    f->cache.capacity = 0;
+    return rc;
+}
+
+static int acsqlShmMap(sqlite3_file *file, int region, int size, int extend, void volatile **out) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    *out = NULL;
+    if (f->shmFD < 0) {
+        int rc = acsqlShmOpen(f);
+        if (rc != SQLITE_OK) return rc;
+    }
+    if (f->shmRegionCount > 0 && f->shmRegionSize != size) return SQLITE_IOERR_SHMMAP;
+    f->shmRegionSize = size;
+    if (region < f->shmRegionCount && f->shmRegions[region] != NULL) {
+        *out = f->shmRegions[region];
+        return SQLITE_OK;
+    }
+    struct stat st;
+    if (fstat(f->shmFD, &st) != 0) { f->lastErrno = errno; return SQLITE_IOERR_SHMSIZE; }
+    off_t need = (off_t)(region + 1) * size;
+    if (st.st_size < need) {
+        if (!extend) return SQLITE_OK;  /* not there yet: SQLite reads it as absent */
+        if (ftruncate(f->shmFD, need) != 0) { f->lastErrno = errno; return SQLITE_IOERR_SHMSIZE; }
+    }
+    if (region >= f->shmRegionCount) {
+        void **regions = sqlite3_realloc(f->shmRegions, (int)sizeof(void *) * (region + 1));
+        if (regions == NULL) return SQLITE_NOMEM;
+        for (int i = f->shmRegionCount; i <= region; i++) regions[i] = NULL;
+        f->shmRegions = regions;
+        f->shmRegionCount = region + 1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, f->shmFD, (off_t)region * size);
+    if (p == MAP_FAILED) { f->lastErrno = errno; return SQLITE_IOERR_SHMMAP; }
+    f->shmRegions[region] = p;
+    *out = p;
+    return SQLITE_OK;
+}
+
+static int acsqlShmLock(sqlite3_file *file, int offset, int n, int flags) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    if (f->shmFD < 0) return SQLITE_IOERR_SHMLOCK;
+    short type = (flags & SQLITE_SHM_UNLOCK) ? F_UNLCK : (flags & SQLITE_SHM_SHARED) ? F_RDLCK : F_WRLCK;
+    if (acsqlSetLock(f->shmFD, type, ACSQL_SHM_BASE + offset, n) != 0) return acsqlLockFailure(f, SQLITE_IOERR_SHMLOCK);
+    return SQLITE_OK;
+}
+
+static void acsqlShmBarrier(sqlite3_file *file) {
+    (void)file;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex) {
+    ACSQLFile *f = (ACSQLFile *)file;
+    if (f->shmFD < 0) return SQLITE_OK;
+    for (int i = 0; i < f->shmRegionCount; i++) {
+        if (f->shmRegions[i] != NULL) munmap(f->shmRegions[i], (size_t)f->shmRegionSize);
+    }
+    sqlite3_free(f->shmRegions);
+    f->shmRegions = NULL;
+    f->shmRegionCount = 0;
+    /* The last user (it gets the dead man switch alone) removes the index, as the unix VFS does. */
+    if (deleteIndex && f->path != NULL && acsqlSetLock(f->shmFD, F_WRLCK, ACSQL_SHM_DMS, 1) == 0) {
+        char *shmPath = sqlite3_mprintf("%s%s", f->path, ACSQL_SHM_SUFFIX);
+        if (shmPath != NULL) unlink(shmPath);
+        sqlite3_free(shmPath);
+    }
+    close(f->shmFD);  /* releases this connection's index locks */
+    f->shmFD = -1;
+    ACSQLInode *node = f->inode;
+    if (node != NULL) {
+        pthread_mutex_lock(&acsqlInodesMutex);
+        if (--node->walUsers == 0 && node->walFD >= 0) { close(node->walFD); node->walFD = -1; }
+        pthread_mutex_unlock(&acsqlInodesMutex);
+    }
+    return SQLITE_OK;
+}
+
 static const sqlite3_io_methods acsqlIOMethods = {
-    1,  /* no xShm*: no WAL (see ACSecureSQLite.h) */
+    2,  /* xShm*: WAL; no xFetch (iVersion 3): the file is never memory-mapped */
     acsqlClose,
     acsqlRead,
     acsqlWrite,
@@ -1022,7 +1299,11 @@ static const sqlite3_io_methods acsqlIOMethods = {
     acsqlFileControl,
     acsqlSectorSize,
     acsqlDeviceCharacteristics,
-    NULL, NULL, NULL, NULL, NULL, NULL,
+    acsqlShmMap,
+    acsqlShmLock,
+    acsqlShmBarrier,
+    acsqlShmUnmap,
+    NULL, NULL,
 };
 
 /* ---- The VFS. */
@@ -1062,7 +1343,7 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, u
             sqlite3_free(path);
             rc = SQLITE_NOMEM;
         } else {
-            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, options, path, 0, markBeforeOpen, NULL, NULL, acsqlInodes};
+            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, options, path, 0, markBeforeOpen, NULL, NULL, -1, 0, acsqlInodes};
             acsqlInodes = node;
         }
     } else if ((oflag & O_ACCMODE) == O_RDWR && (node->oflag & O_ACCMODE) != O_RDWR) {
@@ -1106,6 +1387,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->lockFD = -1;
+    f->shmFD = -1;
 
     int type = flags & 0x0FFFFF00;
     int readOnly = (flags & SQLITE_OPEN_READONLY) != 0;
@@ -1212,6 +1494,11 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             return endRC;
         }
         if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
+        if (type & SQLITE_OPEN_WAL) {
+            f->isWAL = 1;
+            unsigned char header[ACSQL_WAL_HEADER];
+            if (ACSecureFilePread(f->fd, header, sizeof header, 0) == (ssize_t)sizeof header) f->walPageSize = acsqlWALHeaderPageSize(header);
+        }
         if (type & SQLITE_OPEN_MAIN_JOURNAL) {
             f->pending = sqlite3_malloc(ACSQL_PENDING_CAPACITY);
             if (f->pending == NULL) {

@@ -95,13 +95,50 @@ final class ACSecureSQLiteTests: XCTestCase {
         XCTAssertEqual(try rows(reopened, query), expected)
     }
 
-    func testWALIsRefusedWithAMessage() throws {
-        let db = try open("wal.db", vfs: "acsecure")
-        defer { sqlite3_close(db) }
-        XCTAssertThrowsError(try rows(db, "PRAGMA journal_mode=WAL")) { error in
-            XCTAssertTrue("\(error)".contains("journal_mode=WAL is not supported"), "\(error)")
+    /// WAL mode (issue 25): the -wal file is a secure file, the -shm index shared memory. Connections
+    /// of one process: a reader keeps its snapshot while a writer commits, then sees the commit;
+    /// every checkpoint mode works; wal_autocheckpoint and journal_size_limit bound the -wal;
+    /// PERSIST_WAL keeps it at close; nothing of the rows is in the clear; the database reopens whole.
+    func testWALModeWithConcurrentConnectionsOfOneProcess() throws {
+        let path = directory + "/wal.db"
+        let writer = try open("wal.db", vfs: "acsecure")
+        XCTAssertEqual(try rows(writer, "PRAGMA journal_mode=WAL"), [["wal"]])
+        _ = try rows(writer, """
+            CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT);
+            WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 500)
+              INSERT INTO t(name) SELECT 'wal-row-' || i FROM c;
+            """)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: path + "-wal"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: path + "-shm"))
+        let reader = try open("wal.db", vfs: "acsecure")
+        _ = try rows(reader, "BEGIN; SELECT count(*) FROM t;")
+        _ = try rows(writer, "INSERT INTO t(name) VALUES('wal-row-new'); UPDATE t SET name = name || '!' WHERE id <= 10;")
+        XCTAssertEqual(try rows(reader, "SELECT count(*), sum(name LIKE '%!') FROM t"), [["500", "0"]], "the reader keeps its snapshot")
+        _ = try rows(reader, "COMMIT")
+        XCTAssertEqual(try rows(reader, "SELECT count(*), sum(name LIKE '%!') FROM t"), [["501", "10"]], "then sees the commit")
+        for mode in ["PASSIVE", "FULL", "RESTART", "TRUNCATE"] {
+            _ = try rows(writer, "INSERT INTO t(name) VALUES('ckpt-\(mode)')")
+            let result = try rows(writer, "PRAGMA wal_checkpoint(\(mode))")
+            XCTAssertEqual(result.first?.first, "0", "checkpoint \(mode) completes: \(result)")
         }
-        XCTAssertEqual(try rows(db, "PRAGMA journal_mode"), [["delete"]])
+        XCTAssertEqual(try rows(writer, "PRAGMA wal_autocheckpoint=50; PRAGMA journal_size_limit=65536;"), [["50"], ["65536"]])
+        _ = try rows(writer, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000) INSERT INTO t(name) SELECT 'wal-bulk-' || i || hex(randomblob(50)) FROM c;")
+        XCTAssertEqual(try rows(reader, "SELECT count(*) FROM t; PRAGMA integrity_check;"), [["3505"], ["ok"]])
+        let walBytes = try Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
+        XCTAssertNil(walBytes.range(of: Data("wal-".utf8)), "row text in the -wal file")
+        XCTAssertEqual(sqlite3_close(reader), SQLITE_OK)
+        var persist: Int32 = 1
+        XCTAssertEqual(sqlite3_file_control(writer, "main", SQLITE_FCNTL_PERSIST_WAL, &persist), SQLITE_OK)
+        XCTAssertEqual(sqlite3_close(writer), SQLITE_OK)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: path + "-wal"), "PERSIST_WAL keeps the -wal file")
+        let db = try open("wal.db", vfs: "acsecure")
+        XCTAssertEqual(try rows(db, "PRAGMA journal_mode; SELECT count(*) FROM t; PRAGMA integrity_check;"), [["wal"], ["3505"], ["ok"]])
+        XCTAssertEqual(sqlite3_close(db), SQLITE_OK)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"), "the last connection checkpoints and removes the -wal file")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-shm"), "and the index")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertNil(bytes.range(of: Data("SQLite format 3".utf8)))
+        XCTAssertNil(bytes.range(of: Data("wal-row".utf8)))
     }
 
     /// A database of about 40 chunks, closed; returns its bytes on disk.

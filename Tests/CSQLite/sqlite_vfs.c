@@ -377,6 +377,56 @@ static int runFair(const char *dir, int rounds) {
     return failures == 0 ? 0 : 1;
 }
 
+/* ---- WAL: one process at a time */
+
+/* A database in WAL mode is used by one process at a time (ACSecureSQLite.h): while this process
+ * has it open, another process's read waits (SQLite retries a WAL index it cannot map, for up to
+ * about 10 s); once this one closes it, the other reads every committed row and writes. */
+static int runWALProcesses(const char *path) {
+    unlink(path);
+    sqlite3 *db = openDB(path, "acsecure");
+    char *mode = query(db, "PRAGMA journal_mode = WAL");
+    CHECK(strcmp(mode, "wal\n") == 0, "journal_mode=WAL gave %s", mode);
+    free(mode);
+    exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES('one'), ('two');");
+    /* Another process (a new program, not a fork: SQLite's connections do not survive fork). */
+    int told[2];
+    if (pipe(told) != 0) { perror("pipe"); return 2; }
+    char *argv[] = {"sqlite_vfs", "walprocess-child", (char *)path, NULL};
+    pid_t child = spawn(argv, told[1]);
+    close(told[1]);
+    usleep(1000000);  /* the child's read waits meanwhile */
+    CHECK(sqlite3_close(db) == SQLITE_OK, "close the first process's connection");
+    int status = 0;
+    waitpid(child, &status, 0);
+    char line[64] = {0};
+    ssize_t got = read(told[0], line, sizeof line - 1);
+    close(told[0]);
+    double waited = got > 0 ? atof(line) : -1;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "walprocess: the second process failed (status %d)", status);
+    CHECK(waited >= 0.5, "walprocess: the second process read after %.3f s, while the first still had the database open", waited);
+    db = openDB(path, "acsecure");
+    CHECK(scalar(db, "SELECT count(*) FROM t") == 3, "walprocess: the second process's row is not there");
+    char *ic = query(db, "PRAGMA integrity_check");
+    CHECK(strcmp(ic, "ok\n") == 0, "walprocess: integrity_check: %s", ic);
+    free(ic);
+    sqlite3_close(db);
+    if (failures == 0) printf("walprocess: a second process waited %.1f s while the first had the WAL database open, then read and wrote it\n", waited);
+    return failures == 0 ? 0 : 1;
+}
+
+/* The second process of runWALProcesses: prints how long its first read waited. */
+static int runWALProcessChild(const char *path) {
+    sqlite3 *other = openDB(path, "acsecure");
+    double start = seconds();
+    long long n = scalar(other, "SELECT count(*) FROM t");
+    double waited = seconds() - start;
+    if (n != 2) { fprintf(stderr, "walprocess: the second process read %lld rows, not 2\n", n); return 1; }
+    exec(other, "INSERT INTO t VALUES('three')");
+    printf("%.3f\n", waited);
+    return sqlite3_close(other) == SQLITE_OK ? 0 : 1;
+}
+
 /* ---- SIGKILL */
 
 static const char *crashSchema =
@@ -388,6 +438,7 @@ static const char *crashSchema =
 static const char *journalModePragma(const char *mode) {
     if (strcmp(mode, "TRUNCATE") == 0) return "PRAGMA journal_mode = TRUNCATE";
     if (strcmp(mode, "PERSIST") == 0) return "PRAGMA journal_mode = PERSIST";
+    if (strcmp(mode, "WAL") == 0) return "PRAGMA journal_mode = WAL";
     return "PRAGMA journal_mode = DELETE";
 }
 
@@ -396,8 +447,11 @@ static int runCrashChild(const char *path, const char *sync, const char *mode) {
     exec(db, journalModePragma(mode));
     exec(db, crashSchema);
     char pragma[64];
-    snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", strcmp(sync, "OFF") == 0 ? "OFF" : "FULL");
+    snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s",
+             strcmp(sync, "OFF") == 0 ? "OFF" : strcmp(sync, "NORMAL") == 0 ? "NORMAL" : "FULL");
     exec(db, pragma);
+    /* In WAL mode, checkpoints often (every 100 pages) so that kills also land in them. */
+    if (strcmp(mode, "WAL") == 0) exec(db, "PRAGMA wal_autocheckpoint = 100");
     long long next = scalar(db, "SELECT coalesce(max(id), 0) + 1 FROM tx");
     if (next < 1) return 2;
     unsigned seed = (unsigned)getpid();
@@ -451,7 +505,7 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
     long long *committed = malloc(cap * sizeof *committed);
     int hotJournals = 0;
     char journal[4200];
-    snprintf(journal, sizeof journal, "%s-journal", path);
+    snprintf(journal, sizeof journal, "%s%s", path, strcmp(mode, "WAL") == 0 ? "-wal" : "-journal");
     sqlite3 *setup = openDB(path, "acsecure");
     exec(setup, journalModePragma(mode));
     exec(setup, crashSchema);
@@ -508,8 +562,8 @@ static int runCrash(const char *path, int rounds, unsigned seed, const char *syn
     sqlite3_close(db);
     CHECK(missing == 0, "%lld of %zu committed transactions are missing", missing, count);
     CHECK(count >= (size_t)rounds / 4, "only %zu transactions committed in %d rounds: the kills came too early to test much", count, rounds);
-    if (failures == 0) printf("crash (synchronous=%s, journal_mode=%s): %d SIGKILLs (%d left a journal with content), %zu committed transactions all present, integrity_check ok after every kill\n",
-           sync, mode, rounds, hotJournals, count);
+    if (failures == 0) printf("crash (synchronous=%s, journal_mode=%s): %d SIGKILLs (%d left a %s with content), %zu committed transactions all present, integrity_check ok after every kill\n",
+           sync, mode, rounds, hotJournals, strcmp(mode, "WAL") == 0 ? "WAL" : "journal", count);
     free(committed);
     return failures == 0 ? 0 : 1;
 }
@@ -525,11 +579,13 @@ int main(int argc, char **argv) {
     if (ACSecureSQLiteRegister(0) != SQLITE_OK) { fprintf(stderr, "ACSecureSQLiteRegister failed\n"); return 2; }
     if (argc == 3 && strcmp(argv[1], "workload") == 0) return runWorkload(argv[2]);
     if (argc == 4 && strcmp(argv[1], "fair") == 0) return runFair(argv[2], atoi(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "walprocess") == 0) return runWALProcesses(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "walprocess-child") == 0) return runWALProcessChild(argv[2]);
     if (argc == 5 && strcmp(argv[1], "multi") == 0) return runMulti(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 5 && strcmp(argv[1], "writer") == 0) return runWriter(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc >= 5 && argc <= 7 && strcmp(argv[1], "crash") == 0)
         return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10), argc >= 6 ? argv[5] : "FULL", argc == 7 ? argv[6] : "DELETE");
     if (argc == 5 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | fair DIR ROUNDS | crash DB ROUNDS SEED [FULL|OFF [DELETE|TRUNCATE|PERSIST]]\n", argv[0]);
+    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | fair DIR ROUNDS | walprocess DB | crash DB ROUNDS SEED [FULL|NORMAL|OFF [DELETE|TRUNCATE|PERSIST|WAL]]\n", argv[0]);
     return 2;
 }

@@ -7,7 +7,9 @@
 #     SQLite), and a writer SIGKILLed at $SQLITE_KILLS (default 250) random moments with
 #     synchronous=FULL, then at half as many with synchronous=OFF, and at a quarter as many with
 #     synchronous=OFF in journal_mode TRUNCATE and PERSIST (the database's write cache is flushed
-#     before the journal's truncation or header write ends the transaction);
+#     before the journal's truncation or header write ends the transaction), then in WAL mode at
+#     half as many with synchronous=FULL and NORMAL and a quarter with OFF (checkpoints included),
+#     and a second process waiting for a WAL database another process has open;
 #   - Examples/c/secure-sqlite.c;
 #   - the sqlite3 shell loading libacsecuresqlite_ext.so (with ?acsecure_read_cache=0);
 #   - the workload again without the read and write caches (ACSECURE_READ_CACHE_MIB=0,
@@ -73,6 +75,13 @@ mkdir "$work/crash-off" && "$work/sqlite_vfs" crash "$work/crash-off/crash.db" $
 for mode in TRUNCATE PERSIST; do
     mkdir "$work/crash-$mode" && "$work/sqlite_vfs" crash "$work/crash-$mode/crash.db" $((kills / 4)) "$((seed + 2))" OFF "$mode" || status=1
 done
+# WAL: writers and their automatic checkpoints (every 100 pages) SIGKILLed; synchronous FULL,
+# NORMAL and OFF (a process kill must lose no commit in WAL mode with any of them).
+mkdir "$work/crash-wal" && "$work/sqlite_vfs" crash "$work/crash-wal/full.db" $((kills / 2)) "$((seed + 3))" FULL WAL || status=1
+"$work/sqlite_vfs" crash "$work/crash-wal/normal.db" $((kills / 2)) "$((seed + 4))" NORMAL WAL || status=1
+"$work/sqlite_vfs" crash "$work/crash-wal/off.db" $((kills / 4)) "$((seed + 5))" OFF WAL || status=1
+# WAL between processes: one at a time; the second waits and then reads and writes.
+mkdir "$work/walprocess" && timeout 60 "$work/sqlite_vfs" walprocess "$work/walprocess/wal.db" || { echo "25-sqlite: FAIL: walprocess (exit $?)" >&2; status=1; }
 
 # The example, then its database through the sqlite3 shell with the extension loaded.
 (cd "$work" && ./secure-sqlite notes.db "first note" && ./secure-sqlite notes.db "second note") >"$work/example.out" || status=1

@@ -40,7 +40,7 @@
  *
  * Locking: SQLite's usual protocol (SHARED, RESERVED, PENDING, EXCLUSIVE at SQLite's byte offsets)
  * with open-file-description locks on "<database>-aclock", a small plain file next to the database
- * that is created on first open and never removed (like a WAL database's -shm). Several processes,
+ * that is created on first open and never removed. Several processes,
  * and several connections of one process, may use one database; use a busy timeout as with any
  * SQLite database. The locks are not on the database file itself because the engine's coordinated
  * mode (ACSECURE_OPEN_SHARED) takes a whole-file lock on it for every call, which conflicts with any
@@ -88,11 +88,11 @@
  * grows and is cut in whole such chunks), SIZE_HINT (with a chunk size, the file is extended to the
  * hint rounded up to whole chunks, sparsely: no encryption of the hole; without one, nothing),
  * TEMPFILENAME (a new name in SQLite's temporary directory), MMAP_SIZE (always 0: the file is never
- * memory-mapped, a mapping would show ciphertext, not pages), EXTERNAL_READER (0: no WAL index),
- * PERSIST_WAL (asked and set; no effect while WAL is refused, but an application that sets it when
- * it opens a database opens), POWERSAFE_OVERWRITE (asked: always 0, see above; setting 1 is accepted
- * but not honoured, and sqlite3_log says so) and PRAGMA (journal_mode=WAL is refused with a
- * message). Others answer SQLITE_NOTFOUND, which SQLite treats as "no such control".
+ * memory-mapped, a mapping would show ciphertext, not pages), EXTERNAL_READER (0: only one process
+ * uses a WAL database, below), PERSIST_WAL (asked and set: with it the -wal file stays after the
+ * last connection closes, as with the unix VFS), POWERSAFE_OVERWRITE (asked: always 0, see above;
+ * setting 1 is accepted but not honoured, and sqlite3_log says so). Others answer SQLITE_NOTFOUND,
+ * which SQLite treats as "no such control".
  *
  * Write cache: SQLite rewrites a page each time its page cache spills it, many times in a large
  * transaction (speedtest1 --size 200: 871,675 page writes, 60,320 distinct pages between syncs).
@@ -117,8 +117,27 @@
  * ?acsecure_read_cache=0 turns it off for one database. It is guarded memory, dropped when another
  * process's change makes the VFS reopen the database, and wiped when secure services lock.
  *
- * WAL: not provided (it needs shared memory for its index). PRAGMA journal_mode=WAL fails with
- * "acsecure: journal_mode=WAL is not supported ..."; use DELETE (the default), TRUNCATE or PERSIST.
+ * WAL (PRAGMA journal_mode=WAL): the -wal file, which holds page images, is a secure file; the
+ * wal-index (-shm) is shared memory exactly as the unix VFS provides it (a plain file mapped in
+ * 32 KiB regions, its locks at the unix VFS's offsets, reset by the first connection that maps it,
+ * removed by the last). The -shm holds no content but shows, to anyone who can read it while the
+ * database is open, what SQLCipher's -shm shows too: the database's page numbers in the WAL (which
+ * pages the last transactions changed), frame counts, salts and checksums, read marks and locks.
+ * Checkpoints (PASSIVE, FULL, RESTART, TRUNCATE), wal_autocheckpoint, WAL reset, journal_size_limit
+ * and PERSIST_WAL work as with the unix VFS; synchronous=FULL and NORMAL keep their documented WAL
+ * durability, and a killed process loses no commit with any setting (tested: writers and their
+ * checkpoints SIGKILLed). Frames are stored in chunks of their own (the -wal file is about twice a
+ * plain one's size with 4 KiB pages), so a write torn by a crash damages only the frame being
+ * written. The database's pages are written through in WAL mode (no write cache: readers run beside
+ * checkpoints). Memory mapping stays off (a mapping would expose ciphertext, not pages).
+ * One process at a time: the engine keeps one state per file and process, and no SQLite lock would
+ * tell a process to reread a -wal or database file another process changed, so a process's first
+ * connection to map the index takes a flock(2) on "<database>-aclock" that the process keeps while
+ * any of its connections uses it. Connections of that process (a pool such as GRDB's
+ * DatabasePool: one writer and concurrent readers) share everything and see each commit at once;
+ * a connection of another process waits (SQLite retries a WAL index it cannot map for about 10 s,
+ * then reports SQLITE_PROTOCOL; the log says why). Processes that use one database at the same
+ * time must use a rollback journal mode (DELETE, the default; TRUNCATE; PERSIST).
  *
  * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
  * scripts/install-c-library.sh into PREFIX/lib): `.load PREFIX/lib/libacsecuresqlite_ext` (the full
