@@ -862,8 +862,17 @@ static int acsqlWALHeaderPageSize(const unsigned char *header) {
     return (v >= 512 && v <= 65536 && (v & (v - 1)) == 0) ? (int)v : 0;
 }
 
+/* The page size from the WAL header on disk, when this connection does not know it yet: another
+ * connection may have written the header since this one opened the file (a pool's readers). */
+static void acsqlWALLearnPageSize(ACSQLFile *f) {
+    if (f->walPageSize != 0) return;
+    unsigned char header[ACSQL_WAL_HEADER];
+    if (ACSecureFilePread(acsqlFD(f), header, sizeof header, 0) == (ssize_t)sizeof header) f->walPageSize = acsqlWALHeaderPageSize(header);
+}
+
 static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_int64 offset) {
     int rc = SQLITE_OK;
+    if (offset + amount > ACSQL_WAL_HEADER) acsqlWALLearnPageSize(f);
     while (amount > 0) {
         sqlite3_int64 contiguous;
         sqlite3_int64 at = acsqlWALPhysical(f, offset, &contiguous);
@@ -887,6 +896,7 @@ static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sql
         int pageSize = acsqlWALHeaderPageSize(buf);
         if (pageSize != 0) f->walPageSize = pageSize;
     }
+    if (f->walPageSize == 0 && offset + amount > ACSQL_WAL_HEADER) acsqlWALLearnPageSize(f);
     if (f->walPageSize == 0 && offset + amount > ACSQL_WAL_HEADER) {
         sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: a WAL frame written before a WAL header that names a page size", f->path);
         return SQLITE_IOERR_WRITE;
@@ -963,6 +973,7 @@ static sqlite3_int64 acsqlRoundedLength(ACSQLFile *f, sqlite3_int64 size) {
 
 static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
+    if (f->isWAL) acsqlWALLearnPageSize(f);
     size = f->isWAL ? acsqlWALPhysicalSize(f, size) : acsqlRoundedLength(f, size);
     int rc = acsqlWriteMark(f);
     if (rc == SQLITE_OK) rc = acsqlFlushDatabaseOf(f);  /* a journal cut to 0 is no longer hot (TRUNCATE mode) */
@@ -1013,6 +1024,7 @@ static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
         f->lastErrno = errno;
         return SQLITE_IOERR_FSTAT;
     }
+    if (f->isWAL) acsqlWALLearnPageSize(f);
     *size = f->isWAL ? acsqlWALLogicalSize(f, (sqlite3_int64)length) : (sqlite3_int64)length;
     if (f->cache.count > 0 && f->cache.end > *size) *size = f->cache.end;
     return SQLITE_OK;

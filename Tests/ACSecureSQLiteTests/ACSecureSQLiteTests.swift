@@ -121,9 +121,17 @@ final class ACSecureSQLiteTests: XCTestCase {
             let result = try rows(writer, "PRAGMA wal_checkpoint(\(mode))")
             XCTAssertEqual(result.first?.first, "0", "checkpoint \(mode) completes: \(result)")
         }
+        // A connection that opens the -wal while it is empty (after the TRUNCATE checkpoint) learns its
+        // page size once another connection has written the header (GRDB's pool readers: this failed
+        // with "disk I/O error").
+        let late = try open("wal.db", vfs: "acsecure")
+        XCTAssertEqual(try rows(late, "SELECT count(*) FROM t"), [["505"]])
+        _ = try rows(writer, "INSERT INTO t(name) VALUES('after-truncate')")
+        XCTAssertEqual(try rows(late, "SELECT count(*) FROM t"), [["506"]])
+        XCTAssertEqual(sqlite3_close(late), SQLITE_OK)
         XCTAssertEqual(try rows(writer, "PRAGMA wal_autocheckpoint=50; PRAGMA journal_size_limit=65536;"), [["50"], ["65536"]])
         _ = try rows(writer, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000) INSERT INTO t(name) SELECT 'wal-bulk-' || i || hex(randomblob(50)) FROM c;")
-        XCTAssertEqual(try rows(reader, "SELECT count(*) FROM t; PRAGMA integrity_check;"), [["3505"], ["ok"]])
+        XCTAssertEqual(try rows(reader, "SELECT count(*) FROM t; PRAGMA integrity_check;"), [["3506"], ["ok"]])
         let walBytes = try Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
         XCTAssertNil(walBytes.range(of: Data("wal-".utf8)), "row text in the -wal file")
         XCTAssertEqual(sqlite3_close(reader), SQLITE_OK)
@@ -132,7 +140,7 @@ final class ACSecureSQLiteTests: XCTestCase {
         XCTAssertEqual(sqlite3_close(writer), SQLITE_OK)
         XCTAssertTrue(FileManager.default.fileExists(atPath: path + "-wal"), "PERSIST_WAL keeps the -wal file")
         let db = try open("wal.db", vfs: "acsecure")
-        XCTAssertEqual(try rows(db, "PRAGMA journal_mode; SELECT count(*) FROM t; PRAGMA integrity_check;"), [["wal"], ["3505"], ["ok"]])
+        XCTAssertEqual(try rows(db, "PRAGMA journal_mode; SELECT count(*) FROM t; PRAGMA integrity_check;"), [["wal"], ["3506"], ["ok"]])
         XCTAssertEqual(sqlite3_close(db), SQLITE_OK)
         XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"), "the last connection checkpoints and removes the -wal file")
         XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-shm"), "and the index")
