@@ -163,6 +163,10 @@ extern "C" {
  *
  * Returns SQLITE_OK (0), or SQLite's error code: SQLITE_ERROR when SQLite has no default VFS to
  * take time, randomness and dynamic loading from, or the code of sqlite3_initialize.
+ *
+ * It initializes SQLite (sqlite3_initialize): call sqlite3_config (SQLITE_CONFIG_LOG to see the
+ * VFS's reasons, for one; GRDB's Database.logError) before it, as SQLite refuses most
+ * configuration once initialized (SQLITE_MISUSE).
  */
 int ACSecureSQLiteRegister(int makeDefault);
 
