@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -32,6 +31,11 @@ SQLITE_EXTENSION_INIT1
 
 #include <ACSecureFile/ACSecureFile.h>
 #include <ACSecureFile/ACSecureSQLite.h>
+
+/* The WAL index (WAL, below): its file and the unix VFS's lock offsets in it. */
+#define ACSQL_SHM_SUFFIX "-shm"
+#define ACSQL_SHM_BASE ((22 + SQLITE_SHM_NLOCK) * 4)  /* the unix VFS's first lock byte */
+#define ACSQL_SHM_DMS (ACSQL_SHM_BASE + SQLITE_SHM_NLOCK)
 
 /* SQLite's lock bytes (os.h): the same offsets as the unix VFS, in the "-aclock" file. */
 #define ACSQL_PENDING_BYTE 0x40000000
@@ -76,7 +80,7 @@ typedef struct ACSQLInode {
     uint64_t seen;       /* the change mark when fd was last made current */
     struct ACSQLFile *journal;  /* the open rollback journal (of the connection holding RESERVED), or NULL */
     struct ACSQLFile *writer;   /* the connection whose write cache holds chunks of this database, or NULL */
-    int walFD;           /* "<db>-aclock" with this process's flock: it uses the database in WAL mode; -1 */
+    int walFD;           /* a coordinated descriptor of the database while this process uses it in WAL mode; -1 */
     int walUsers;        /* connections of this process with the WAL index mapped */
     struct ACSQLInode *next;
 } ACSQLInode;
@@ -136,7 +140,6 @@ typedef struct ACSQLFile {
     void **shmRegions;   /* mapped regions, NULL-padded */
     int shmRegionCount;
     int shmRegionSize;
-    int walRefusalLogged; /* "one process at a time" said once per connection, not at each of SQLite's retries */
     /* A rollback journal's appends, collected into writes of up to 64 KiB: the engine re-encrypts
      * a chunk at every write that ends inside it, and journal records (a page + 8 bytes) never end
      * on a chunk boundary. Written before the journal is read, synced, truncated or closed, and
@@ -1101,10 +1104,22 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
          * whatever is asked, as the unix VFS answers when mmap is not available. */
         *(sqlite3_int64 *)arg = 0;
         return SQLITE_OK;
-    case SQLITE_FCNTL_EXTERNAL_READER:
-        /* Whether another process reads the database through its WAL index: no WAL, no such reader. */
+    case SQLITE_FCNTL_EXTERNAL_READER: {
+        /* As the unix VFS: whether another connection holds a read-mark lock of the WAL index (the
+         * unix VFS's process locks see other processes; these per-connection locks see other
+         * connections, of this process too). 0 outside WAL mode. */
         *(int *)arg = 0;
+        if (f->shmFD < 0) return SQLITE_OK;
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = ACSQL_SHM_BASE + 3;
+        fl.l_len = SQLITE_SHM_NLOCK - 3;
+        if (fcntl(f->shmFD, F_OFD_GETLK, &fl) != 0) { f->lastErrno = errno; return SQLITE_IOERR_LOCK; }
+        *(int *)arg = fl.l_type != F_UNLCK;
         return SQLITE_OK;
+    }
     case SQLITE_FCNTL_POWERSAFE_OVERWRITE:
         /* Asked, the answer is 0 (xDeviceCharacteristics): a chunk rewrite is not powersafe, a torn
          * one fails authentication as a whole. Setting 0 is accepted; setting 1 is accepted as the
@@ -1141,41 +1156,28 @@ static int acsqlDeviceCharacteristics(sqlite3_file *file) {
  * connection owns its locks), a "dead man switch" lock that resets a stale index when the first
  * connection maps it, and the file removed when the last connection closes it.
  *
- * One process at a time: the engine keeps one state per file and process (length, last chunk,
- * read cache), and in WAL mode a reader of one process would read what a writer or checkpointer of
- * another changes under it with no SQLite lock telling the VFS to reread. So the first connection
- * of a process that maps the index takes a flock(2) on a descriptor of "<db>-aclock" that the
- * process keeps while any of its connections uses the index; a connection of another process gets
- * SQLITE_BUSY (its busy handler waits, as for any lock) and the log says why. Connections of one
- * process (a connection pool such as GRDB's DatabasePool: a writer and concurrent readers) share the
- * engine's state and see every commit at once.
+ * Several processes: the engine keeps one state per file and process (length, last chunk, read
+ * cache), and in WAL mode a reader of one process reads what a writer or a checkpointer of another
+ * changes while it reads, with no SQLite lock that would tell the VFS to reread (the change mark of
+ * the rollback modes). So in WAL mode the engine's coordinated mode (ACSECURE_OPEN_SHARED: each call
+ * locks the file and takes up what another process changed) covers both files: the "-wal" file is
+ * opened in it, and the first connection of a process that maps the index opens a coordinated
+ * descriptor of the database, which makes the process's state of the database coordinated until
+ * its last connection unmaps the index. Connections of one process share that state.
  */
-#define ACSQL_SHM_SUFFIX "-shm"
-#define ACSQL_SHM_BASE ((22 + SQLITE_SHM_NLOCK) * 4)  /* the unix VFS's first lock byte */
-#define ACSQL_SHM_DMS (ACSQL_SHM_BASE + SQLITE_SHM_NLOCK)
 
 static int acsqlShmOpen(ACSQLFile *f) {
     ACSQLInode *node = f->inode;
     if (node == NULL || f->path == NULL) return SQLITE_IOERR_SHMOPEN;
-    /* The process's right to use the database in WAL mode (above). */
+    /* The database's state turns coordinated while this process uses it in WAL mode (above). */
     int rc = SQLITE_OK;
     pthread_mutex_lock(&acsqlInodesMutex);
     if (node->walUsers == 0) {
-        char *lockPath = sqlite3_mprintf("%s%s", f->path, ACSQL_LOCK_SUFFIX);
-        int fd = lockPath ? open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
-        sqlite3_free(lockPath);
+        int fd = ACSecureFileOpenWithOptions(node->path, (node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC)), 0, ACSECURE_OPEN_SHARED);
         if (fd < 0) {
             f->lastErrno = errno;
+            sqlite3_log(SQLITE_IOERR_SHMOPEN, "acsecure: %s: cannot open it in coordinated mode for WAL: %s", node->path, strerror(errno));
             rc = SQLITE_IOERR_SHMOPEN;
-        } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            f->lastErrno = errno;
-            rc = (errno == EWOULDBLOCK) ? SQLITE_BUSY : SQLITE_IOERR_SHMOPEN;
-            if (rc == SQLITE_BUSY && !f->walRefusalLogged) {
-                f->walRefusalLogged = 1;
-                sqlite3_log(SQLITE_BUSY, "acsecure: %s: in WAL mode one process at a time uses the database, and another process has it open",
-                            f->path);
-            }
-            close(fd);
         } else {
             node->walFD = fd;
         }
@@ -1210,7 +1212,7 @@ static int acsqlShmOpen(ACSQLFile *f) {
         if (fd >= 0) close(fd);
         sqlite3_free(shmPath);
         pthread_mutex_lock(&acsqlInodesMutex);
-        if (--node->walUsers == 0 && node->walFD >= 0) { close(node->walFD); node->walFD = -1; }
+        if (--node->walUsers == 0 && node->walFD >= 0) { ACSecureFileClose(node->walFD); node->walFD = -1; }
         pthread_mutex_unlock(&acsqlInodesMutex);
         return rc;
     }
@@ -1291,7 +1293,7 @@ static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex) {
     ACSQLInode *node = f->inode;
     if (node != NULL) {
         pthread_mutex_lock(&acsqlInodesMutex);
-        if (--node->walUsers == 0 && node->walFD >= 0) { close(node->walFD); node->walFD = -1; }
+        if (--node->walUsers == 0 && node->walFD >= 0) { ACSecureFileClose(node->walFD); node->walFD = -1; }
         pthread_mutex_unlock(&acsqlInodesMutex);
     }
     return SQLITE_OK;
@@ -1410,6 +1412,8 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
      * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
     int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
     unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
+    /* The -wal file is read by other processes while one appends to it: coordinated mode (WAL, below). */
+    if (type & SQLITE_OPEN_WAL) options |= ACSECURE_OPEN_SHARED;
     /* The database keeps decrypted pages in the engine's read cache (ACSECURE_READ_CACHE_MIB, 16 MiB
      * by default), as the kernel's page cache keeps a plain database's; ?acsecure_read_cache=0 turns
      * it off. Journals are read back only to roll back. */

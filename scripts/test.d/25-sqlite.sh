@@ -9,7 +9,8 @@
 #     synchronous=OFF in journal_mode TRUNCATE and PERSIST (the database's write cache is flushed
 #     before the journal's truncation or header write ends the transaction), then in WAL mode at
 #     half as many with synchronous=FULL and NORMAL and a quarter with OFF (checkpoints included),
-#     and a second process waiting for a WAL database another process has open;
+#     3 writer processes and a reader on one WAL database, and two processes sharing one WAL
+#     database (each sees the other's commits and checkpoints);
 #   - Examples/c/secure-sqlite.c;
 #   - the sqlite3 shell loading libacsecuresqlite_ext.so (with ?acsecure_read_cache=0);
 #   - the workload again without the read and write caches (ACSECURE_READ_CACHE_MIB=0,
@@ -66,6 +67,7 @@ else
     echo "setup: FAIL: without a store the reason was not given:" >&2; cat "$work/no-store.out" >&2; status=1
 fi
 mkdir "$work/multi" && timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi.db" 2 150 || { echo "25-sqlite: FAIL: multi (exit $?)" >&2; status=1; }
+timeout 120 "$work/sqlite_vfs" multi "$work/multi/multi-wal.db" 3 300 WAL || { echo "25-sqlite: FAIL: multi in WAL mode (exit $?)" >&2; status=1; }
 # Fair locking: a second writer beside a steady one gets in (no SQLITE_BUSY within 5 s, medians of 5 rounds).
 mkdir "$work/fair" && timeout 120 "$work/sqlite_vfs" fair "$work/fair" 5 || { echo "25-sqlite: FAIL: fair (exit $?)" >&2; status=1; }
 echo "25-sqlite: SIGKILL test, seed $seed"
@@ -80,7 +82,7 @@ done
 mkdir "$work/crash-wal" && "$work/sqlite_vfs" crash "$work/crash-wal/full.db" $((kills / 2)) "$((seed + 3))" FULL WAL || status=1
 "$work/sqlite_vfs" crash "$work/crash-wal/normal.db" $((kills / 2)) "$((seed + 4))" NORMAL WAL || status=1
 "$work/sqlite_vfs" crash "$work/crash-wal/off.db" $((kills / 4)) "$((seed + 5))" OFF WAL || status=1
-# WAL between processes: one at a time; the second waits and then reads and writes.
+# WAL between processes: two processes use the database at once and see each other's commits.
 mkdir "$work/walprocess" && timeout 60 "$work/sqlite_vfs" walprocess "$work/walprocess/wal.db" || { echo "25-sqlite: FAIL: walprocess (exit $?)" >&2; status=1; }
 
 # The example, then its database through the sqlite3 shell with the extension loaded.

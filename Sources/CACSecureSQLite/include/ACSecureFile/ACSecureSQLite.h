@@ -88,8 +88,8 @@
  * grows and is cut in whole such chunks), SIZE_HINT (with a chunk size, the file is extended to the
  * hint rounded up to whole chunks, sparsely: no encryption of the hole; without one, nothing),
  * TEMPFILENAME (a new name in SQLite's temporary directory), MMAP_SIZE (always 0: the file is never
- * memory-mapped, a mapping would show ciphertext, not pages), EXTERNAL_READER (0: only one process
- * uses a WAL database, below), PERSIST_WAL (asked and set: with it the -wal file stays after the
+ * memory-mapped, a mapping would show ciphertext, not pages), EXTERNAL_READER (whether another connection holds a
+ * read mark of the WAL index; other connections of this process count too), PERSIST_WAL (asked and set: with it the -wal file stays after the
  * last connection closes, as with the unix VFS), POWERSAFE_OVERWRITE (asked: always 0, see above;
  * setting 1 is accepted but not honoured, and sqlite3_log says so). Others answer SQLITE_NOTFOUND,
  * which SQLite treats as "no such control".
@@ -130,14 +130,14 @@
  * plain one's size with 4 KiB pages), so a write torn by a crash damages only the frame being
  * written. The database's pages are written through in WAL mode (no write cache: readers run beside
  * checkpoints). Memory mapping stays off (a mapping would expose ciphertext, not pages).
- * One process at a time: the engine keeps one state per file and process, and no SQLite lock would
- * tell a process to reread a -wal or database file another process changed, so a process's first
- * connection to map the index takes a flock(2) on "<database>-aclock" that the process keeps while
- * any of its connections uses it. Connections of that process (a pool such as GRDB's
- * DatabasePool: one writer and concurrent readers) share everything and see each commit at once;
- * a connection of another process waits (SQLite retries a WAL index it cannot map for about 10 s,
- * then reports SQLITE_PROTOCOL; the log says why). Processes that use one database at the same
- * time must use a rollback journal mode (DELETE, the default; TRUNCATE; PERSIST).
+ * Several processes may use one database in WAL mode at once, as with the unix VFS: readers of
+ * one process see what writers and checkpointers of others commit. The engine keeps one state per
+ * file and process, and in WAL mode no SQLite lock would tell a process to reread a file another
+ * process changed, so in WAL mode the engine's coordinated mode (ACSECURE_OPEN_SHARED: each call
+ * takes a lock on the file and takes up what another process changed) covers the -wal file and,
+ * while any connection of the process has the index mapped, the database (a coordinated
+ * descriptor kept open by the process; the database's read cache is then off). That costs a lock
+ * and a check of the file's length per call in WAL mode (docs/BENCHMARKS.md).
  *
  * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
  * scripts/install-c-library.sh into PREFIX/lib): `.load PREFIX/lib/libacsecuresqlite_ext` (the full
