@@ -307,10 +307,12 @@ if command -v gnuplot >/dev/null; then
         if [ -z "$titles" ]; then titles="\"$out/ratios.dat\" using $col:xtic(1) title \"$t\""; else titles="$titles, \"\" using $col title \"$t\""; fi
         col=$((col + 1))
     done
+    note=""
+    if ls "$out"/raw/*.refused >/dev/null 2>&1; then note="\\n(no bar: $(ls "$out"/raw/*.refused | sed 's|.*/wal-||; s|\.refused$||' | paste -sd, - | sed 's/,/, /g') refused WAL)"; fi
     gnuplot <<GP
-set terminal svg size 800,400 font "sans,12"
+set terminal svg size 960,420 font "sans,12"
 set output "$out/sqlite-speedtest.svg"
-set title "speedtest1: time ÷ plain SQLite in the same mode (median of $rounds rounds)"
+set title "speedtest1: time ÷ plain SQLite in the same mode (median of $rounds rounds)$note"
 set datafile missing "?"
 set style data histograms
 set style histogram clustered gap 1
@@ -318,7 +320,7 @@ set style fill solid 0.8 border -1
 set yrange [0:*]
 set ylabel "ratio to plain (lower is better)"
 set grid ytics
-set key top left
+set key outside right top
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2
 plot $titles
 GP
