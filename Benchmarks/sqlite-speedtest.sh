@@ -27,7 +27,7 @@
 # speedtest1.c is not in this repository: it is fetched from the Debian source package of sqlite3
 # (the version matching the system libsqlite3) by scripts/debian-source.sh.
 #
-#   Benchmarks/sqlite-speedtest.sh [ROUNDS [SIZES]]      default 3 "50 200" (about 10 min on an idle
+#   Benchmarks/sqlite-speedtest.sh [ROUNDS [SIZES]]      default 3 "50 200" (about 12 min on this shared
 #                                                        2-core machine: SQLCipher 3 and 4 take most)
 # environment: OUT (default Benchmarks/.build/sqlite-speedtest) for sources, binaries, raw outputs,
 #   results.md and the chart; DBDIR (default $OUT/db) where the databases are written;
