@@ -255,8 +255,8 @@ package enum Sys {
 
     @_disfavoredOverload
     package static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
+        // BytePath's rule; the bytes before a "/" of UTF-8 text are UTF-8 text.
+        String(decoding: BytePath(path).directory.bytes, as: UTF8.self)
     }
 
     /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`, a macro Swift does not import): an unnamed file in

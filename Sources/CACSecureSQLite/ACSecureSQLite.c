@@ -161,15 +161,30 @@ static void acsqlCacheClear(ACSQLFile *f);
 
 static int acsqlFD(ACSQLFile *f) { return f->inode ? __atomic_load_n(&f->inode->fd, __ATOMIC_ACQUIRE) : f->fd; }
 
-/* The change mark in "<db>-aclock" (0 for a new, empty lock file). */
-static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
+/* The big-endian 8-byte word at `offset` of "<db>-aclock" (the change mark at 0, a waiting writer's
+ * deadline at 8): the bytes read (-1 with errno), the word decoded as if the missing bytes were 0. */
+static ssize_t acsqlReadLockWord(int fd, off_t offset, uint64_t *value) {
     unsigned char b[8] = {0};
     ssize_t n;
-    do { n = pread(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
-    if (n < 0) { f->lastErrno = errno; return -1; }
+    do { n = pread(fd, b, sizeof b, offset); } while (n < 0 && errno == EINTR);
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) v = v << 8 | b[i];
-    *mark = v;
+    *value = v;
+    return n;
+}
+
+/* Writes such a word; the bytes written (-1 with errno). */
+static ssize_t acsqlWriteLockWord(int fd, off_t offset, uint64_t value) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(value >> (56 - 8 * i));
+    ssize_t n;
+    do { n = pwrite(fd, b, sizeof b, offset); } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+/* The change mark in "<db>-aclock" (0 for a new, empty lock file). */
+static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
+    if (acsqlReadLockWord(f->lockFD, 0, mark) < 0) { f->lastErrno = errno; return -1; }
     return 0;
 }
 
@@ -234,11 +249,8 @@ static int acsqlWriteMark(ACSQLFile *f) {
     uint64_t old = 0, mark = 0;
     if (acsqlReadMark(f, &old) != 0) return SQLITE_IOERR_WRITE;
     while (mark == 0 || mark == old) sqlite3_randomness((int)sizeof mark, &mark);
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(mark >> (56 - 8 * i));
-    ssize_t n;
-    do { n = pwrite(f->lockFD, b, sizeof b, 0); } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof b) {
+    ssize_t n = acsqlWriteLockWord(f->lockFD, 0, mark);
+    if (n != 8) {
         f->lastErrno = n < 0 ? errno : EIO;
         sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: cannot write the change mark of %s%s: %s", f->path, ACSQL_LOCK_SUFFIX, strerror(f->lastErrno));
         return SQLITE_IOERR_WRITE;
@@ -285,6 +297,20 @@ static int acsqlSetLock(int fd, short type, off_t start, off_t len) {
     }
 }
 
+/* Whether another open file description (another connection) holds a lock on [start, start+len)
+ * that a write lock would conflict with: 0 with *held set, or -1 with errno. */
+static int acsqlLockHeldElsewhere(int fd, off_t start, off_t len, int *held) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = start;
+    fl.l_len = len;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+    *held = fl.l_type != F_UNLCK;
+    return 0;
+}
+
 /* SQLITE_BUSY when another connection holds a conflicting lock, else the I/O error code. */
 static int acsqlLockFailure(ACSQLFile *f, int ioerr) {
     int e = errno;
@@ -324,12 +350,8 @@ static void acsqlAnnounceIntent(ACSQLFile *f) {
     acsqlWaitingLockFD = f->lockFD;
     if (!f->intent && acsqlSetLock(f->lockFD, F_RDLCK, ACSQL_INTENT_BYTE, 1) == 0) f->intent = 1;
     if (!f->intent) return;
-    int64_t deadline = acsqlNowMilliseconds() + ACSQL_INTENT_MS;
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)deadline >> (56 - 8 * i));
-    ssize_t n;
     /* Best effort: without it (a read-only lock file) the writer waits as SQLite's writers do. */
-    do { n = pwrite(f->lockFD, b, sizeof b, ACSQL_INTENT_DEADLINE_OFFSET); } while (n < 0 && errno == EINTR);
+    (void)acsqlWriteLockWord(f->lockFD, ACSQL_INTENT_DEADLINE_OFFSET, (uint64_t)(acsqlNowMilliseconds() + ACSQL_INTENT_MS));
 }
 
 static void acsqlWithdrawIntent(ACSQLFile *f) {
@@ -339,20 +361,10 @@ static void acsqlWithdrawIntent(ACSQLFile *f) {
 
 /* Whether another connection's announcement is live (see above). */
 static int acsqlAnotherWriterWaits(ACSQLFile *f) {
-    if (f->intent) return 0;
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = ACSQL_INTENT_BYTE;
-    fl.l_len = 1;
-    if (fcntl(f->lockFD, F_OFD_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) return 0;
-    unsigned char b[8];
-    ssize_t n;
-    do { n = pread(f->lockFD, b, sizeof b, ACSQL_INTENT_DEADLINE_OFFSET); } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof b) return 0;
+    int held = 0;
+    if (f->intent || acsqlLockHeldElsewhere(f->lockFD, ACSQL_INTENT_BYTE, 1, &held) != 0 || !held) return 0;
     uint64_t deadline = 0;
-    for (int i = 0; i < 8; i++) deadline = deadline << 8 | b[i];
+    if (acsqlReadLockWord(f->lockFD, ACSQL_INTENT_DEADLINE_OFFSET, &deadline) != 8) return 0;
     return acsqlNowMilliseconds() < (int64_t)deadline;
 }
 
@@ -443,18 +455,12 @@ static int acsqlUnlock(sqlite3_file *file, int level) {
 static int acsqlCheckReservedLock(sqlite3_file *file, int *out) {
     ACSQLFile *f = (ACSQLFile *)file;
     if (f->lockLevel >= SQLITE_LOCK_RESERVED || f->lockFD < 0) { *out = f->lockLevel >= SQLITE_LOCK_RESERVED; return SQLITE_OK; }
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = ACSQL_RESERVED_BYTE;
-    fl.l_len = 1;
-    if (fcntl(f->lockFD, F_OFD_GETLK, &fl) != 0) {
+    *out = 0;
+    if (acsqlLockHeldElsewhere(f->lockFD, ACSQL_RESERVED_BYTE, 1, out) != 0) {
         f->lastErrno = errno;
         *out = 0;
         return SQLITE_IOERR_CHECKRESERVEDLOCK;
     }
-    *out = fl.l_type != F_UNLCK;
     return SQLITE_OK;
 }
 
@@ -1110,14 +1116,10 @@ static int acsqlFileControl(sqlite3_file *file, int op, void *arg) {
          * connections, of this process too). 0 outside WAL mode. */
         *(int *)arg = 0;
         if (f->shmFD < 0) return SQLITE_OK;
-        struct flock fl;
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        fl.l_start = ACSQL_SHM_BASE + 3;
-        fl.l_len = SQLITE_SHM_NLOCK - 3;
-        if (fcntl(f->shmFD, F_OFD_GETLK, &fl) != 0) { f->lastErrno = errno; return SQLITE_IOERR_LOCK; }
-        *(int *)arg = fl.l_type != F_UNLCK;
+        if (acsqlLockHeldElsewhere(f->shmFD, ACSQL_SHM_BASE + 3, SQLITE_SHM_NLOCK - 3, (int *)arg) != 0) {
+            f->lastErrno = errno;
+            return SQLITE_IOERR_LOCK;
+        }
         return SQLITE_OK;
     }
     case SQLITE_FCNTL_POWERSAFE_OVERWRITE:
@@ -1166,6 +1168,16 @@ static int acsqlDeviceCharacteristics(sqlite3_file *file) {
  * its last connection unmaps the index. Connections of one process share that state.
  */
 
+/* A connection stops using the WAL index: the process's last one closes its coordinated descriptor. */
+static void acsqlReleaseWALUse(ACSQLInode *node) {
+    pthread_mutex_lock(&acsqlInodesMutex);
+    if (--node->walUsers == 0 && node->walFD >= 0) {
+        ACSecureFileClose(node->walFD);
+        node->walFD = -1;
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+}
+
 static int acsqlShmOpen(ACSQLFile *f) {
     ACSQLInode *node = f->inode;
     if (node == NULL || f->path == NULL) return SQLITE_IOERR_SHMOPEN;
@@ -1211,9 +1223,7 @@ static int acsqlShmOpen(ACSQLFile *f) {
         sqlite3_log(rc, "acsecure: cannot open the WAL index %s: %s", shmPath ? shmPath : f->path, strerror(f->lastErrno));
         if (fd >= 0) close(fd);
         sqlite3_free(shmPath);
-        pthread_mutex_lock(&acsqlInodesMutex);
-        if (--node->walUsers == 0 && node->walFD >= 0) { ACSecureFileClose(node->walFD); node->walFD = -1; }
-        pthread_mutex_unlock(&acsqlInodesMutex);
+        acsqlReleaseWALUse(node);
         return rc;
     }
     sqlite3_free(shmPath);
@@ -1290,12 +1300,7 @@ static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex) {
     }
     close(f->shmFD);  /* releases this connection's index locks */
     f->shmFD = -1;
-    ACSQLInode *node = f->inode;
-    if (node != NULL) {
-        pthread_mutex_lock(&acsqlInodesMutex);
-        if (--node->walUsers == 0 && node->walFD >= 0) { ACSecureFileClose(node->walFD); node->walFD = -1; }
-        pthread_mutex_unlock(&acsqlInodesMutex);
-    }
+    if (f->inode != NULL) acsqlReleaseWALUse(f->inode);
     return SQLITE_OK;
 }
 
@@ -1512,8 +1517,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
         if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
         if (type & SQLITE_OPEN_WAL) {
             f->isWAL = 1;
-            unsigned char header[ACSQL_WAL_HEADER];
-            if (ACSecureFilePread(f->fd, header, sizeof header, 0) == (ssize_t)sizeof header) f->walPageSize = acsqlWALHeaderPageSize(header);
+            acsqlWALLearnPageSize(f);
         }
         if (type & SQLITE_OPEN_MAIN_JOURNAL) {
             f->pending = sqlite3_malloc(ACSQL_PENDING_CAPACITY);
@@ -1628,13 +1632,8 @@ static int acsqlSleep(sqlite3_vfs *vfs, int us) {
     if (fd < 0) return acsqlDefaultVFS(vfs)->xSleep(acsqlDefaultVFS(vfs), us);
     int64_t until = acsqlNowMilliseconds() * 1000 + us;
     for (;;) {
-        struct flock fl;
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        fl.l_start = ACSQL_RESERVED_BYTE;
-        fl.l_len = 1;
-        if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) return us;
+        int held = 0;
+        if (acsqlLockHeldElsewhere(fd, ACSQL_RESERVED_BYTE, 1, &held) != 0 || !held) return us;
         int64_t left = until - acsqlNowMilliseconds() * 1000;
         if (left <= 0) return us;
         usleep(left < 200 ? (useconds_t)left : 200);
