@@ -53,10 +53,8 @@ extension SharedFile {
                 // rewritten chunk: the record (on the device first) tells a reader the cut was under
                 // way. Version 1 files have no record: they first cut after the chunk.
                 let chunkEnd = min(diskSize, (lastIndex + 1) << shift)
-                if chunkEnd < diskSize {
-                    // (A version 2 file becomes version 3 as it records.)
-                    if layout.version >= 2 { try recordPendingEndDurably(length) } else { try cut(to: chunkEnd) }
-                }
+                let announced = chunkEnd < diskSize && layout.version >= 2  // (version 2 becomes 3 as it records)
+                if announced { try recordPendingEndDurably(length) } else if chunkEnd < diskSize { try cut(to: chunkEnd) }
                 work.wipe()
                 try readChunksFromDisk(first: lastIndex, count: 1) { _ in self.workBase }
                 let lastLength = Int(length - lastIndex << shift)
@@ -76,7 +74,8 @@ extension SharedFile {
                     try orderingBarrier("the shortened chunk before the cut")
                     try checkIO(Sys.ftruncate(ioFD, layout.physicalSize(forPlaintextSize: length)), "truncate")
                 }
-                cutNotDurable = true
+                // Without chunks after it, the old end's last chunk is this one: a reader finds the new end.
+                if announced { cutSettlement = .barrierFirst }
             } else {
                 try cut(to: length)
             }
@@ -102,6 +101,9 @@ extension SharedFile {
         do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
             throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
+        // (Unknown, the later change waits for the cut: see `cutSettlement` below.)
+        let oldPhysical: Int64?
+        if case .success(let length) = Sys.fileSize(ioFD) { oldPhysical = length } else { oldPhysical = nil }
         try setLayout(newLayout)
         dropReadCache()
         cipher = newCipher
@@ -121,32 +123,36 @@ extension SharedFile {
             try orderingBarrier("the new header before the cut")
             try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
         }
-        // The record (0) stays until the cut is on the device (`settleCut`).
-        cutNotDurable = true
+        // Until the cut is on the device, a later change landing without it leaves the new end among
+        // old-generation bytes: the recovery scan finds it only within its window of the old end.
+        cutSettlement = oldPhysical.map { $0 <= Int64(FileLayout.headerSize) + recoveryWindowBytes } == true ? .clearRecord : .barrierFirst
         size = 0
     }
 
     /// Cuts the file at a chunk boundary (or to 0): the new trailer first, over bytes being cut, then
     /// the physical cut.
     ///
-    /// The new trailer lands on the head of a chunk the old end still claims, so the header records
-    /// the new length first, on the device before the trailer: a crash between the trailer and the
-    /// cut leaves a file whose old end authenticates around a chunk that does not, and the record is
-    /// how a reader knows the cut was under way (it completes it). The trailer is on the device before
+    /// The new trailer lands on the head of a chunk the old end may still claim. When chunks follow
+    /// that one, the old end authenticates around it, so the header records the new length first,
+    /// on the device before the trailer: the record is how a reader knows the cut was under way (it
+    /// completes it), and it stays until the cut is on the device (`settleCut`). When that chunk is
+    /// the last one, the old end no longer authenticates once the trailer is down and the recovery
+    /// scan finds the new end: no record is needed. Either way the trailer is on the device before
     /// the cut (cut first, the file would end without one). The 32-byte trailer never spans two
-    /// sectors (chunk slots start at multiples of 32), so no torn write splits it. The record stays
-    /// until the cut is on the device (`settleCut`).
+    /// sectors (chunk slots start at multiples of 32), so no torn write splits it.
     private func cut(to length: Int64) throws(SecureFileError) {
         let end = layout.physicalSize(forPlaintextSize: length)
-        try recordPendingEndDurably(length)
+        let shift = Int64(layout.chunkShift)
+        let announced = diskSize > 0 && (diskSize - 1) >> shift > length >> shift
+        if announced { try recordPendingEndDurably(length) }
         let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
-            if layout.hasPendingEndRecord { try orderingBarrier("the new trailer before the cut") }
+            try orderingBarrier("the new trailer before the cut")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
-        if layout.hasPendingEndRecord { cutNotDurable = true } else { try clearPendingEnd() }
+        if announced && layout.hasPendingEndRecord { cutSettlement = .barrierFirst }
     }
 
     /// Records the pending end and puts it on the device before the change it announces.
@@ -163,14 +169,26 @@ extension SharedFile {
         try checkIO(Sys.fdatasync(ioFD), "fdatasync (\(why))")
     }
 
-    /// Before anything else changes the file after a cut: the cut on the device, then its record
-    /// cleared. A later change reaching the device without the cut could otherwise be read around
-    /// the old length (an append over bytes the old end still claims). The application's own sync
-    /// settles it too (`makeDurable`).
+    /// What a cut leaves to do before anything else changes the file (`settleCut`).
+    enum CutSettlement {
+        case none
+        /// Its record can be cleared: wherever the cut and the next change land, a reader finds the end.
+        case clearRecord
+        /// The cut must be on the device first: a later change reaching the device without it could
+        /// be read around the old length (an append over bytes the old end still claims, or a new
+        /// end beyond the recovery scan's reach among old-generation bytes).
+        case barrierFirst
+    }
+
+    /// Before anything else changes the file after a cut: the cut on the device if it must be, then
+    /// its record cleared. The application's own sync settles it too (`makeDurable`).
     func settleCut() throws(SecureFileError) {
-        guard cutNotDurable else { return }
-        try orderingBarrier("a cut before the next change")
-        cutNotDurable = false
+        switch cutSettlement {
+        case .none: return
+        case .clearRecord: break
+        case .barrierFirst: try orderingBarrier("a cut before the next change")
+        }
+        cutSettlement = .none
         try clearPendingEnd()
     }
 

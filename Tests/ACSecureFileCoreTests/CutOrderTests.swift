@@ -89,19 +89,39 @@ final class CutOrderTests: XCTestCase {
 
     func testEmptyingPutsTheNewHeaderOnTheDeviceBeforeTheCut() throws {
         let env = try TestEnvironment()
-        let f = try makeFile(env, "empty", size: 65536)
+        // A file larger than the recovery scan's window: the next change waits for the cut.
+        let f = try makeFile(env, "empty", size: 1_200_000)
         let empty = try steps { try f.truncate(to: 0) }
         // The new header (recording 0) and its empty trailer in one pwrite, inside the first sector.
         XCTAssertEqual(empty, [.pwrite(count: 160, at: 0), .fdatasync, .ftruncate(-1)])
         let append = try steps { _ = try f.pwrite([9], at: 0) }
         XCTAssertEqual(Array(append.prefix(2)), [.fdatasync, record], "\(append)")
         try f.close()
+        // A smaller one: wherever the cut and the next change land, the scan finds the end; only
+        // the record is cleared first.
+        let small = try makeFile(env, "small", size: 65536)
+        XCTAssertEqual(try steps { try small.truncate(to: 0) }, [.pwrite(count: 160, at: 0), .fdatasync, .ftruncate(-1)])
+        let next = try steps { _ = try small.pwrite([9], at: 0) }
+        XCTAssertEqual(next.first, record, "\(next)")
+        XCTAssertFalse(next.contains(.fdatasync), "\(next)")
+        try small.close()
         // O_TRUNC empties the same way.
         let again = try steps {
             let t = try SecureFile.open(env.path("empty"), flags: O_RDWR | O_TRUNC, services: env.services)
             try t.close()
         }
         XCTAssertEqual(again.filter { $0 != .fsync }, [.pwrite(count: 160, at: 0), .fdatasync, .ftruncate(-1)])
+    }
+
+    func testACutOfTheLastChunkAloneNeedsNoRecord() throws {
+        let env = try TestEnvironment()
+        let f = try makeFile(env, "last-chunk", size: 12288 + 100)
+        let cut = try steps { try f.truncate(to: 12288) }
+        // Once the trailer is down, the old end's last chunk fails and the recovery scan finds the new end.
+        XCTAssertEqual(cut, [.pwrite(count: 32, at: chunkOffset(3)), .fdatasync, .ftruncate(-1)])
+        let append = try steps { _ = try f.pwrite([1], at: 12288) }
+        XCTAssertFalse(append.contains(.fdatasync) || append.contains(record), "\(append)")
+        try f.close()
     }
 
     func testAShrinkInsideTheLastChunkNeedsNoRecord() throws {
