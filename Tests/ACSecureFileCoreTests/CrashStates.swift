@@ -1,0 +1,313 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSecureServices
+import ACSystemCalls
+import ACSecureTestSupport
+@testable import ACSecureFileCore
+
+// The crash-state enumerator's machinery (docs/TESTING.md "Power loss: every crash state between
+// syncs"): a workload's file-changing calls, recorded by `SystemCallRecorder`, are cut into epochs
+// at each sync; for each epoch the states a power loss can leave are built from the bytes the file
+// had at the epoch's start, and each is opened with the engine and checked against what the
+// workload was told was durable. Used by CrashStateEnumeratorTests.
+
+/// One file-changing call on the workload's file.
+enum CrashFileOp: CustomStringConvertible {
+    case write(offset: Int, bytes: [UInt8])
+    case truncate(Int)
+
+    var description: String {
+        switch self {
+        case .write(let offset, let bytes): "pwrite \(bytes.count)@\(offset)"
+        case .truncate(let length): "ftruncate \(length)"
+        }
+    }
+
+    func apply(to content: inout [UInt8]) {
+        switch self {
+        case .write(let offset, let bytes):
+            if content.count < offset + bytes.count { content += [UInt8](repeating: 0, count: offset + bytes.count - content.count) }
+            content.replaceSubrange(offset..<offset + bytes.count, with: bytes)
+        case .truncate(let length):
+            if length < content.count { content.removeSubrange(length...) } else { content += [UInt8](repeating: 0, count: length - content.count) }
+        }
+    }
+}
+
+/// What a workload did, in order: the calls on its file (seen by the recorder), its syncs, and
+/// after each of its own calls the plaintext it holds (its model), the bytes the call wrote or cut
+/// (`touched`), and whether the call made it durable (a completed `sync`, `datasync`, or an
+/// `O_DSYNC` write).
+enum CrashEvent {
+    case op(CrashFileOp)
+    case sync
+    case model([UInt8], touched: Range<Int>?, durable: Bool)
+}
+
+/// The calls between two syncs, and what a crash among them may show.
+struct CrashEpoch {
+    var index: Int
+    /// The file's physical bytes at the epoch's start (everything before its sync is on disk).
+    var base: [UInt8]
+    var ops: [CrashFileOp]
+    /// The plaintext acknowledged durable before the epoch started.
+    var durable: [UInt8]
+    /// Every plaintext the workload held from `durable` on, up to the end of the call that was
+    /// running when the epoch ended (`durable` first).
+    var models: [[UInt8]]
+    /// The bytes those calls wrote or cut (a byte rewritten with its own value is touched too).
+    var touched: [Range<Int>]
+
+    /// Byte ranges of `durable` that no call since touched: they must read back exactly.
+    var stableRanges: [Range<Int>] {
+        var ranges = [0..<durable.count]
+        for t in touched {
+            ranges = ranges.flatMap { r -> [Range<Int>] in
+                guard r.overlaps(t) else { return [r] }
+                return [r.lowerBound..<max(r.lowerBound, t.lowerBound), min(r.upperBound, t.upperBound)..<r.upperBound].filter { !$0.isEmpty }
+            }
+        }
+        return ranges.filter { !$0.isEmpty }
+    }
+}
+
+/// Cuts a recording into epochs (an epoch without calls is dropped).
+func crashEpochs(base: [UInt8], initialModel: [UInt8], events: [CrashEvent]) -> [CrashEpoch] {
+    var epochs: [CrashEpoch] = []
+    var physical = base
+    var ops: [CrashFileOp] = []
+    var durable = initialModel
+    var models = [initialModel]
+    var touched: [Range<Int>] = []
+    var awaiting: [Int] = []  // epochs whose running call has not returned yet
+    func close() {
+        guard !ops.isEmpty else { return }
+        epochs.append(CrashEpoch(index: epochs.count, base: physical, ops: ops, durable: durable, models: models, touched: touched))
+        awaiting.append(epochs.count - 1)
+        for op in ops { op.apply(to: &physical) }
+        ops = []
+    }
+    for event in events {
+        switch event {
+        case .op(let op): ops.append(op)
+        case .sync: close()
+        case .model(let m, let t, let isDurable):
+            for e in awaiting {
+                epochs[e].models.append(m)
+                if let t { epochs[e].touched.append(t) }
+            }
+            awaiting = []
+            models.append(m)
+            if let t { touched.append(t) }
+            if isDurable { durable = m; models = [m]; touched = [] }
+        }
+    }
+    close()
+    return epochs
+}
+
+/// How thoroughly to enumerate: the sample in the test command, or the full long run.
+struct CrashEnumerationLimits {
+    /// Torn versions of a write: every "first k sectors", "only sector k", "all but sector k" for
+    /// writes of at most this many sectors; evenly spread k beyond.
+    var tornPositions: Int
+    /// Random sector subsets per write.
+    var randomTears: Int
+    /// Every subset of an epoch's writes up to this many writes; `sampledSubsets` beyond.
+    var allSubsetsUpTo: Int
+    var sampledSubsets: Int
+    /// Random states mixing reorder and tears (each sector of each write persisted or not).
+    var mixed: Int
+
+    static let sample = CrashEnumerationLimits(tornPositions: 6, randomTears: 2, allSubsetsUpTo: 5, sampledSubsets: 16, mixed: 4)
+    static let full = CrashEnumerationLimits(tornPositions: 4096, randomTears: 16, allSubsetsUpTo: 10, sampledSubsets: 1024, mixed: 64)
+}
+
+/// The states a power loss can leave in one epoch, under the model of docs/TESTING.md: the device
+/// persists 512-byte sectors; the page cache writes sectors back in any order, each holding its
+/// content as of some call (a sector persisted "for call i" holds what the file had there after
+/// call i); sizes (an extending write's, an `ftruncate`'s) persist in call order, and a size that
+/// an extending write set persists only with that write's bytes beyond the previous size (ext4
+/// `data=ordered`); a cut frees the bytes beyond it, a growth reads as zeros.
+struct CrashStateBuilder {
+    static let sector = 512
+    let epoch: CrashEpoch
+    /// The physical content and size after each call (index 0: before the first).
+    let contents: [[UInt8]]
+    /// For each call, the sectors it writes (empty for a truncate).
+    let sectors: [[Int]]
+
+    init(_ epoch: CrashEpoch) {
+        self.epoch = epoch
+        var c = [epoch.base]
+        var content = epoch.base
+        for op in epoch.ops { op.apply(to: &content); c.append(content) }
+        contents = c
+        sectors = epoch.ops.map { op in
+            guard case .write(let offset, let bytes) = op, !bytes.isEmpty else { return [] }
+            return Array(offset / Self.sector...(offset + bytes.count - 1) / Self.sector)
+        }
+    }
+
+    /// The state where call i's sectors `persisted(i, k)` (k indexes `sectors[i]`) reached the disk
+    /// and the sizes of the first `sizes` calls did.
+    func build(sizes: Int, _ persisted: (Int, Int) -> Bool) -> [UInt8] {
+        var disk = epoch.base
+        for (i, op) in epoch.ops.enumerated() {
+            switch op {
+            case .write:
+                let after = contents[i + 1], before = contents[i].count
+                let extending = i < sizes && after.count > before
+                for (k, s) in sectors[i].enumerated() {
+                    let lo = s * Self.sector, hi = min(lo + Self.sector, after.count)
+                    guard lo < hi else { continue }
+                    let forced = extending && hi > before
+                    guard forced || persisted(i, k) else { continue }
+                    if disk.count < hi { disk += [UInt8](repeating: 0, count: hi - disk.count) }
+                    disk.replaceSubrange(lo..<hi, with: after[lo..<hi])
+                }
+            case .truncate:
+                if i < sizes { op.apply(to: &disk) }
+            }
+        }
+        let size = contents[sizes].count
+        if disk.count > size { disk.removeSubrange(size...) } else { disk += [UInt8](repeating: 0, count: size - disk.count) }
+        return disk
+    }
+
+    /// Sizes worth distinguishing: 0 and every call that changed the size.
+    var sizePoints: [Int] {
+        [0] + (1...epoch.ops.count).filter { contents[$0].count != contents[$0 - 1].count }
+    }
+
+    /// Every state to check, labelled, deterministic for `seed`.
+    func states(_ limits: CrashEnumerationLimits, seed: UInt64) -> [(kind: String, label: String, bytes: [UInt8])] {
+        var out: [(String, String, [UInt8])] = []
+        let n = epoch.ops.count
+        var rng = SplitMix64(seed: seed &+ UInt64(epoch.index) &* 0x9E37)
+        // Prefixes: the first k calls whole.
+        for k in 0...n { out.append(("prefix", "prefix \(k)", build(sizes: k) { i, _ in i < k })) }
+        // Torn: the calls before i whole, call i only for some of its sectors, its size not yet.
+        for i in 0..<n where sectors[i].count > 1 {
+            let m = sectors[i].count
+            let positions = m - 1 <= limits.tornPositions ? Array(0..<m) : (0..<limits.tornPositions).map { $0 * m / limits.tornPositions }
+            for k in positions {
+                if k > 0 { out.append(("torn", "call \(i) torn: first \(k) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && s < k) })) }
+                out.append(("torn", "call \(i) torn: only sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s == k) }))
+                if m > 2 { out.append(("torn", "call \(i) torn: all but sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s != k) })) }
+            }
+            for r in 0..<limits.randomTears {
+                let keep = (0..<m).map { _ in rng.next() & 1 == 1 }
+                out.append(("torn", "call \(i) torn: random subset \(r) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && keep[s]) }))
+            }
+        }
+        // Reordered: any subset of the calls whole, with every size the calls allow.
+        let writes = (0..<n).filter { !sectors[$0].isEmpty }
+        let subsets: [UInt64]
+        if writes.count <= limits.allSubsetsUpTo {
+            subsets = Array(0..<(UInt64(1) << writes.count))
+        } else {
+            subsets = (0..<limits.sampledSubsets).map { _ in rng.next() }
+        }
+        for mask in subsets {
+            let chosen = Set(writes.enumerated().filter { mask >> UInt64($0.offset % 64) & 1 == 1 }.map(\.element))
+            for p in sizePoints {
+                let names = chosen.sorted().map(String.init).joined(separator: ",")
+                out.append(("reordered", "calls {\(names)} persisted, sizes of the first \(p)", build(sizes: p) { i, _ in chosen.contains(i) }))
+            }
+        }
+        // Mixed: each sector of each call persisted or not, a random size point.
+        let points = sizePoints
+        for r in 0..<limits.mixed {
+            let p = points[Int(rng.next() % UInt64(points.count))]
+            let keep = sectors.map { $0.map { _ in rng.next() & 1 == 1 } }
+            out.append(("mixed", "mixed \(r): random sectors of every call, sizes of the first \(p)", build(sizes: p) { i, s in keep[i][s] }))
+        }
+        return out
+    }
+}
+
+/// The three properties of issue 24 a crash state can fail.
+enum CrashProperty: String, CaseIterable {
+    /// (a) every byte acknowledged durable (and not changed since) reads back exactly.
+    case durable = "a"
+    /// (b) the file opens and accepts a change.
+    case usable = "b"
+    /// (c) no byte reads as a value it never had.
+    case neverHad = "c"
+}
+
+/// Opens one crash state with the engine and checks it. Returns the properties it fails, with a
+/// line saying why, and whether a chunk holding only unsynced bytes failed to read (allowed).
+func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], at path: String,
+                     services: SecureServices, chunk: Int = 4096) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool) {
+    var failed: [CrashProperty: String] = [:]
+    var unreadableUnsynced = false
+    unlink(path)
+    writeWholeFile(path, bytes)
+    let file: SecureFile
+    do { file = try SecureFile.open(path, flags: O_RDONLY, services: services) } catch {
+        failed[.usable] = "does not open: \(error.message)"
+        if !stable.isEmpty { failed[.durable] = "does not open, synced bytes lost" }
+        return (failed, false)
+    }
+    let size: Int
+    do { size = Int(try file.size) } catch {
+        try? file.close()
+        return ([.usable: "no size: \(error.message)"], false)
+    }
+    if let lost = stable.first(where: { $0.upperBound > size }) {
+        failed[.durable] = "opens at \(size) bytes: synced bytes \(max(lost.lowerBound, size))..<\(lost.upperBound) lost"
+    }
+    var lo = 0
+    while lo < size {
+        let hi = min(size, lo + chunk)
+        let inside = stable.compactMap { r -> Range<Int>? in
+            let c = r.clamped(to: lo..<hi)
+            return c.isEmpty ? nil : c
+        }
+        do {
+            let got = try file.pread(count: hi - lo, at: Int64(lo))
+            if got.count != hi - lo {
+                failed[.neverHad] = failed[.neverHad] ?? "short read at \(lo): \(got.count) of \(hi - lo) inside the length \(size)"
+            } else {
+                for r in inside where Array(got[(r.lowerBound - lo)..<(r.upperBound - lo)]) != Array(epoch.durable[r]) {
+                    failed[.durable] = failed[.durable] ?? "synced bytes in \(r) read otherwise"
+                }
+                if !epoch.models.contains(where: { $0.count >= hi && Array($0[lo..<hi]) == got }) {
+                    for x in lo..<hi where !epoch.models.contains(where: { $0.count > x && $0[x] == got[x - lo] }) {
+                        failed[.neverHad] = failed[.neverHad] ?? "byte \(x) reads \(got[x - lo]), a value it never had (size \(size))"
+                        break
+                    }
+                }
+            }
+        } catch {
+            if !inside.isEmpty {
+                failed[.durable] = failed[.durable] ?? "chunk \(lo / chunk) holding synced bytes \(inside) does not read: \(crashErrorName(error))"
+            } else {
+                unreadableUnsynced = true
+            }
+        }
+        lo = hi
+    }
+    try? file.close()
+    // (b): one byte appended after the crash reads back.
+    do {
+        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
+        _ = try w.pwrite([0xA5], at: Int64(size))
+        try w.close()
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
+        defer { try? r.close() }
+        if try r.pread(count: 1, at: Int64(size)) != [0xA5] || (try r.size) != Int64(size + 1) {
+            failed[.usable] = "a byte appended at \(size) does not read back"
+        }
+    } catch {
+        failed[.usable] = "refuses a change: \(crashErrorName(error))"
+    }
+    return (failed, unreadableUnsynced)
+}
+
+private func crashErrorName(_ error: any Error) -> String {
+    (error as? SecureFileError).map(\.message) ?? "\(error)"
+}
