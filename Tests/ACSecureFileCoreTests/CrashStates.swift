@@ -119,9 +119,11 @@ struct CrashEnumerationLimits {
     var sampledSubsets: Int
     /// Random states mixing reorder and tears (each sector of each write persisted or not).
     var mixed: Int
+    /// The full run (workloads do more rounds too).
+    var full = false
 
-    static let sample = CrashEnumerationLimits(tornPositions: 6, randomTears: 2, allSubsetsUpTo: 5, sampledSubsets: 16, mixed: 4)
-    static let full = CrashEnumerationLimits(tornPositions: 4096, randomTears: 16, allSubsetsUpTo: 10, sampledSubsets: 1024, mixed: 64)
+    static let sample = CrashEnumerationLimits(tornPositions: 12, randomTears: 4, allSubsetsUpTo: 6, sampledSubsets: 32, mixed: 12)
+    static let full = CrashEnumerationLimits(tornPositions: 512, randomTears: 16, allSubsetsUpTo: 10, sampledSubsets: 1024, mixed: 64, full: true)
 }
 
 /// The states a power loss can leave in one epoch, under the model of docs/TESTING.md: the device
@@ -151,14 +153,16 @@ struct CrashStateBuilder {
     }
 
     /// The state where call i's sectors `persisted(i, k)` (k indexes `sectors[i]`) reached the disk
-    /// and the sizes of the first `sizes` calls did.
-    func build(sizes: Int, _ persisted: (Int, Int) -> Bool) -> [UInt8] {
+    /// and the sizes of the first `sizes` calls did. `ordered`: a persisted size brings the bytes of
+    /// the extending writes below it (ext4 `data=ordered`); without it, a size may persist ahead of
+    /// them (the torn extension a process kill or another file system may leave).
+    func build(sizes: Int, ordered: Bool = true, _ persisted: (Int, Int) -> Bool) -> [UInt8] {
         var disk = epoch.base
         for (i, op) in epoch.ops.enumerated() {
             switch op {
             case .write:
                 let after = contents[i + 1], before = contents[i].count
-                let extending = i < sizes && after.count > before
+                let extending = ordered && i < sizes && after.count > before
                 for (k, s) in sectors[i].enumerated() {
                     let lo = s * Self.sector, hi = min(lo + Self.sector, after.count)
                     guard lo < hi else { continue }
@@ -188,9 +192,19 @@ struct CrashStateBuilder {
         var rng = SplitMix64(seed: seed &+ UInt64(epoch.index) &* 0x9E37)
         // Prefixes: the first k calls whole.
         for k in 0...n { out.append(("prefix", "prefix \(k)", build(sizes: k) { i, _ in i < k })) }
-        // Torn: the calls before i whole, call i only for some of its sectors, its size not yet.
-        for i in 0..<n where sectors[i].count > 1 {
-            let m = sectors[i].count
+        // Torn: the calls before i whole, call i only for some of its sectors, its size not yet (so
+        // only its sectors below the size before it can show).
+        for i in 0..<n where !sectors[i].isEmpty {
+            let m = sectors[i].filter { $0 * Self.sector < contents[i].count }.count
+            // A write that grows the file: its first k sectors with its size (no ordering).
+            if contents[i + 1].count > contents[i].count {
+                let all = sectors[i].count
+                let cuts = all - 1 <= limits.tornPositions ? Array(1..<all) : (1...limits.tornPositions).map { $0 * all / (limits.tornPositions + 1) }
+                for k in cuts {
+                    out.append(("torn", "call \(i) torn with its size: first \(k) of \(all) sectors", build(sizes: i + 1, ordered: false) { j, s in j < i || (j == i && s < k) }))
+                }
+            }
+            guard m > 1 else { continue }
             let positions = m - 1 <= limits.tornPositions ? Array(0..<m) : (0..<limits.tornPositions).map { $0 * m / limits.tornPositions }
             for k in positions {
                 if k > 0 { out.append(("torn", "call \(i) torn: first \(k) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && s < k) })) }
@@ -198,7 +212,7 @@ struct CrashStateBuilder {
                 if m > 2 { out.append(("torn", "call \(i) torn: all but sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s != k) })) }
             }
             for r in 0..<limits.randomTears {
-                let keep = (0..<m).map { _ in rng.next() & 1 == 1 }
+                let keep = sectors[i].map { _ in rng.next() & 1 == 1 }
                 out.append(("torn", "call \(i) torn: random subset \(r) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && keep[s]) }))
             }
         }
