@@ -10,7 +10,7 @@ import ACSecureTestSupport
 /// Power loss, the way ALICE and CrashMonkey test file systems (issue 24, item 5; docs/TESTING.md
 /// "Power loss: every crash state between syncs"): each workload's file-changing system calls are
 /// recorded (`SystemCallRecorder`), and every crash state between two syncs — prefixes, sector-torn
-/// versions of each write, reordered subsets — is built (CrashStates.swift), opened with the engine
+/// versions of each write, reordered subsets — is built (Tests/ACSecureTestSupport/CrashStates.swift), opened with the engine
 /// and checked: (a) synced bytes read back, (b) the file opens and accepts a change, (c) no byte
 /// reads as a value it never had.
 ///

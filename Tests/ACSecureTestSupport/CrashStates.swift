@@ -1,30 +1,27 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ACSecureServices
-import ACSystemCalls
-import ACSecureTestSupport
-@testable import ACSecureFileCore
 
 // The crash-state enumerator's machinery (docs/TESTING.md "Power loss: every crash state between
 // syncs"): a workload's file-changing calls, recorded by `SystemCallRecorder`, are cut into epochs
 // at each sync; for each epoch the states a power loss can leave are built from the bytes the file
-// had at the epoch's start, and each is opened with the engine and checked against what the
-// workload was told was durable. Used by CrashStateEnumeratorTests.
+// had at the epoch's start. The tests open each state and check it against what the workload was
+// told was durable: CrashStateEnumeratorTests (one secure file, CrashStateChecks.swift) and
+// SQLiteCrashStateTests (a database with its journal or WAL, through the acsecure VFS).
 
 /// One file-changing call on the workload's file.
-enum CrashFileOp: CustomStringConvertible {
+package enum CrashFileOp: CustomStringConvertible {
     case write(offset: Int, bytes: [UInt8])
     case truncate(Int)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .write(let offset, let bytes): "pwrite \(bytes.count)@\(offset)"
         case .truncate(let length): "ftruncate \(length)"
         }
     }
 
-    func apply(to content: inout [UInt8]) {
+    package func apply(to content: inout [UInt8]) {
         switch self {
         case .write(let offset, let bytes):
             if content.count < offset + bytes.count { content += [UInt8](repeating: 0, count: offset + bytes.count - content.count) }
@@ -39,28 +36,28 @@ enum CrashFileOp: CustomStringConvertible {
 /// after each of its own calls the plaintext it holds (its model), the bytes the call wrote or cut
 /// (`touched`), and whether the call made it durable (a completed `sync`, `datasync`, or an
 /// `O_DSYNC` write).
-enum CrashEvent {
+package enum CrashEvent {
     case op(CrashFileOp)
     case sync
     case model([UInt8], touched: Range<Int>?, durable: Bool)
 }
 
 /// The calls between two syncs, and what a crash among them may show.
-struct CrashEpoch {
-    var index: Int
+package struct CrashEpoch {
+    package var index: Int
     /// The file's physical bytes at the epoch's start (everything before its sync is on disk).
-    var base: [UInt8]
-    var ops: [CrashFileOp]
+    package var base: [UInt8]
+    package var ops: [CrashFileOp]
     /// The plaintext acknowledged durable before the epoch started.
-    var durable: [UInt8]
+    package var durable: [UInt8]
     /// Every plaintext the workload held from `durable` on, up to the end of the call that was
     /// running when the epoch ended (`durable` first).
-    var models: [[UInt8]]
+    package var models: [[UInt8]]
     /// The bytes those calls wrote or cut (a byte rewritten with its own value is touched too).
-    var touched: [Range<Int>]
+    package var touched: [Range<Int>]
 
     /// Byte ranges of `durable` that no call since touched: they must read back exactly.
-    var stableRanges: [Range<Int>] {
+    package var stableRanges: [Range<Int>] {
         var ranges = [0..<durable.count]
         for t in touched {
             ranges = ranges.flatMap { r -> [Range<Int>] in
@@ -73,7 +70,7 @@ struct CrashEpoch {
 }
 
 /// Cuts a recording into epochs (an epoch without calls is dropped).
-func crashEpochs(base: [UInt8], initialModel: [UInt8], events: [CrashEvent]) -> [CrashEpoch] {
+package func crashEpochs(base: [UInt8], initialModel: [UInt8], events: [CrashEvent]) -> [CrashEpoch] {
     var epochs: [CrashEpoch] = []
     var physical = base
     var ops: [CrashFileOp] = []
@@ -108,22 +105,22 @@ func crashEpochs(base: [UInt8], initialModel: [UInt8], events: [CrashEvent]) -> 
 }
 
 /// How thoroughly to enumerate: the sample in the test command, or the full long run.
-struct CrashEnumerationLimits {
+package struct CrashEnumerationLimits {
     /// Torn versions of a write: every "first k sectors", "only sector k", "all but sector k" for
     /// writes of at most this many sectors; evenly spread k beyond.
-    var tornPositions: Int
+    package var tornPositions: Int
     /// Random sector subsets per write.
-    var randomTears: Int
+    package var randomTears: Int
     /// Every subset of an epoch's writes up to this many writes; `sampledSubsets` beyond.
-    var allSubsetsUpTo: Int
-    var sampledSubsets: Int
+    package var allSubsetsUpTo: Int
+    package var sampledSubsets: Int
     /// Random states mixing reorder and tears (each sector of each write persisted or not).
-    var mixed: Int
+    package var mixed: Int
     /// The full run (workloads do more rounds too).
-    var full = false
+    package var full = false
 
-    static let sample = CrashEnumerationLimits(tornPositions: 12, randomTears: 4, allSubsetsUpTo: 6, sampledSubsets: 32, mixed: 12)
-    static let full = CrashEnumerationLimits(tornPositions: 512, randomTears: 16, allSubsetsUpTo: 10, sampledSubsets: 1024, mixed: 64, full: true)
+    package static let sample = CrashEnumerationLimits(tornPositions: 12, randomTears: 4, allSubsetsUpTo: 6, sampledSubsets: 32, mixed: 12)
+    package static let full = CrashEnumerationLimits(tornPositions: 512, randomTears: 16, allSubsetsUpTo: 10, sampledSubsets: 1024, mixed: 64, full: true)
 }
 
 /// The states a power loss can leave in one epoch, under the model of docs/TESTING.md: the device
@@ -132,15 +129,15 @@ struct CrashEnumerationLimits {
 /// call i); sizes (an extending write's, an `ftruncate`'s) persist in call order, and a size that
 /// an extending write set persists only with that write's bytes beyond the previous size (ext4
 /// `data=ordered`); a cut frees the bytes beyond it, a growth reads as zeros.
-struct CrashStateBuilder {
-    static let sector = 512
-    let epoch: CrashEpoch
+package struct CrashStateBuilder {
+    package static let sector = 512
+    package let epoch: CrashEpoch
     /// The physical content and size after each call (index 0: before the first).
-    let contents: [[UInt8]]
+    package let contents: [[UInt8]]
     /// For each call, the sectors it writes (empty for a truncate).
-    let sectors: [[Int]]
+    package let sectors: [[Int]]
 
-    init(_ epoch: CrashEpoch) {
+    package init(_ epoch: CrashEpoch) {
         self.epoch = epoch
         var c = [epoch.base]
         var content = epoch.base
@@ -156,7 +153,7 @@ struct CrashStateBuilder {
     /// and the sizes of the first `sizes` calls did. `ordered`: a persisted size brings the bytes of
     /// the extending writes below it (ext4 `data=ordered`); without it, a size may persist ahead of
     /// them (the torn extension a process kill or another file system may leave).
-    func build(sizes: Int, ordered: Bool = true, _ persisted: (Int, Int) -> Bool) -> [UInt8] {
+    package func build(sizes: Int, ordered: Bool = true, _ persisted: (Int, Int) -> Bool) -> [UInt8] {
         var disk = epoch.base
         for (i, op) in epoch.ops.enumerated() {
             switch op {
@@ -181,12 +178,12 @@ struct CrashStateBuilder {
     }
 
     /// Sizes worth distinguishing: 0 and every call that changed the size.
-    var sizePoints: [Int] {
+    package var sizePoints: [Int] {
         [0] + (1...epoch.ops.count).filter { contents[$0].count != contents[$0 - 1].count }
     }
 
     /// Every state to check, labelled, deterministic for `seed`.
-    func states(_ limits: CrashEnumerationLimits, seed: UInt64) -> [(kind: String, label: String, bytes: [UInt8])] {
+    package func states(_ limits: CrashEnumerationLimits, seed: UInt64) -> [(kind: String, label: String, bytes: [UInt8])] {
         var out: [(String, String, [UInt8])] = []
         let n = epoch.ops.count
         var rng = SplitMix64(seed: seed &+ UInt64(epoch.index) &* 0x9E37)
@@ -242,86 +239,3 @@ struct CrashStateBuilder {
     }
 }
 
-/// The three properties of issue 24 a crash state can fail.
-enum CrashProperty: String, CaseIterable {
-    /// (a) every byte acknowledged durable (and not changed since) reads back exactly.
-    case durable = "a"
-    /// (b) the file opens and accepts a change.
-    case usable = "b"
-    /// (c) no byte reads as a value it never had.
-    case neverHad = "c"
-}
-
-/// Opens one crash state with the engine and checks it. Returns the properties it fails, with a
-/// line saying why, and whether a chunk holding only unsynced bytes failed to read (allowed).
-func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], at path: String,
-                     services: SecureServices, chunk: Int = 4096) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool) {
-    var failed: [CrashProperty: String] = [:]
-    var unreadableUnsynced = false
-    unlink(path)
-    writeWholeFile(path, bytes)
-    let file: SecureFile
-    do { file = try SecureFile.open(path, flags: O_RDONLY, services: services) } catch {
-        failed[.usable] = "does not open: \(error.message)"
-        if !stable.isEmpty { failed[.durable] = "does not open, synced bytes lost" }
-        return (failed, false)
-    }
-    let size: Int
-    do { size = Int(try file.size) } catch {
-        try? file.close()
-        return ([.usable: "no size: \(error.message)"], false)
-    }
-    if let lost = stable.first(where: { $0.upperBound > size }) {
-        failed[.durable] = "opens at \(size) bytes: synced bytes \(max(lost.lowerBound, size))..<\(lost.upperBound) lost"
-    }
-    var lo = 0
-    while lo < size {
-        let hi = min(size, lo + chunk)
-        let inside = stable.compactMap { r -> Range<Int>? in
-            let c = r.clamped(to: lo..<hi)
-            return c.isEmpty ? nil : c
-        }
-        do {
-            let got = try file.pread(count: hi - lo, at: Int64(lo))
-            if got.count != hi - lo {
-                failed[.neverHad] = failed[.neverHad] ?? "short read at \(lo): \(got.count) of \(hi - lo) inside the length \(size)"
-            } else {
-                for r in inside where Array(got[(r.lowerBound - lo)..<(r.upperBound - lo)]) != Array(epoch.durable[r]) {
-                    failed[.durable] = failed[.durable] ?? "synced bytes in \(r) read otherwise"
-                }
-                if !epoch.models.contains(where: { $0.count >= hi && Array($0[lo..<hi]) == got }) {
-                    for x in lo..<hi where !epoch.models.contains(where: { $0.count > x && $0[x] == got[x - lo] }) {
-                        failed[.neverHad] = failed[.neverHad] ?? "byte \(x) reads \(got[x - lo]), a value it never had (size \(size))"
-                        break
-                    }
-                }
-            }
-        } catch {
-            if !inside.isEmpty {
-                failed[.durable] = failed[.durable] ?? "chunk \(lo / chunk) holding synced bytes \(inside) does not read: \(crashErrorName(error))"
-            } else {
-                unreadableUnsynced = true
-            }
-        }
-        lo = hi
-    }
-    try? file.close()
-    // (b): one byte appended after the crash reads back.
-    do {
-        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
-        _ = try w.pwrite([0xA5], at: Int64(size))
-        try w.close()
-        let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
-        defer { try? r.close() }
-        if try r.pread(count: 1, at: Int64(size)) != [0xA5] || (try r.size) != Int64(size + 1) {
-            failed[.usable] = "a byte appended at \(size) does not read back"
-        }
-    } catch {
-        failed[.usable] = "refuses a change: \(crashErrorName(error))"
-    }
-    return (failed, unreadableUnsynced)
-}
-
-private func crashErrorName(_ error: any Error) -> String {
-    (error as? SecureFileError).map(\.message) ?? "\(error)"
-}
