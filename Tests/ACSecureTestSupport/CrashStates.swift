@@ -56,6 +56,15 @@ package struct CrashEpoch {
     /// The bytes those calls wrote or cut (a byte rewritten with its own value is touched too).
     package var touched: [Range<Int>]
 
+    package init(index: Int, base: [UInt8], ops: [CrashFileOp], durable: [UInt8], models: [[UInt8]], touched: [Range<Int>]) {
+        self.index = index
+        self.base = base
+        self.ops = ops
+        self.durable = durable
+        self.models = models
+        self.touched = touched
+    }
+
     /// Byte ranges of `durable` that no call since touched: they must read back exactly.
     package var stableRanges: [Range<Int>] {
         var ranges = [0..<durable.count]
