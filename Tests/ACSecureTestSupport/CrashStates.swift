@@ -115,8 +115,8 @@ package func crashEpochs(base: [UInt8], initialModel: [UInt8], events: [CrashEve
 
 /// How thoroughly to enumerate: the sample in the test command, or the full long run.
 package struct CrashEnumerationLimits {
-    /// Torn versions of a write: every "first k sectors", "only sector k", "all but sector k" for
-    /// writes of at most this many sectors; evenly spread k beyond.
+    /// Torn versions of a write: "first k sectors", "only sector k", "all but sector k" for every k
+    /// of a write of at most this many sectors, for this many evenly spread k of a longer one.
     package var tornPositions: Int
     /// Random sector subsets per write.
     package var randomTears: Int
@@ -188,7 +188,7 @@ package struct CrashStateBuilder {
 
     /// Sizes worth distinguishing: 0 and every call that changed the size.
     package var sizePoints: [Int] {
-        [0] + (1...epoch.ops.count).filter { contents[$0].count != contents[$0 - 1].count }
+        (0...epoch.ops.count).filter { $0 == 0 || contents[$0].count != contents[$0 - 1].count }
     }
 
     /// Every state to check, labelled, deterministic for `seed`.
