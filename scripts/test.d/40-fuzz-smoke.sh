@@ -33,6 +33,14 @@ background=FuzzOperationSequence
 flags=(-c release --sanitize fuzzer --sanitize address -Xswiftc -sanitize=address,fuzzer
        -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp -Xswiftc -DACSECURE_SYSCALL_MOCKING)
 
+# SwiftPM does not notice a source file added to or removed from a path dependency (the parent
+# package) in an existing build directory: the next build leaves the file out, or fails on a missing
+# input. When the parent's list of source files changed since the last build here, touching this
+# package's manifest makes SwiftPM load the package graph again.
+sources="$(cd .. && find Sources CShim -type f | LC_ALL=C sort | sha256sum)"
+stamp=.build/acsecure-parent-sources
+if [ "$(cat "$stamp" 2>/dev/null)" != "$sources" ]; then touch Package.swift; fi
+
 start=$(date +%s)
 for t in "${targets[@]}"; do
   if ! swift build --product "$t" "${flags[@]}" 2>&1 | { grep -v "warning: Cannot export local symbol" || true; }; then
@@ -40,6 +48,7 @@ for t in "${targets[@]}"; do
     exit 1
   fi
 done
+mkdir -p .build && printf '%s\n' "$sources" >"$stamp"
 bin="$(swift build --show-bin-path "${flags[@]}")"
 for t in "${targets[@]}"; do
   if ! grep -q __sancov_cntrs "$bin/$t"; then
