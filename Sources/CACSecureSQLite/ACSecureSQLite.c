@@ -1535,14 +1535,16 @@ static int acsqlShmOpen(ACSQLFile *f) {
     if (node == NULL || f->path == NULL) return SQLITE_IOERR_SHMOPEN;
     int rc = SQLITE_OK;
     pthread_mutex_lock(&node->walLock);
+    /* Counted first: from now on acsqlRefresh leaves the database's descriptor alone. */
+    pthread_mutex_lock(&acsqlInodesMutex);
+    node->walUsers++;
+    pthread_mutex_unlock(&acsqlInodesMutex);
     if (!node->walAdmitted) rc = acsqlWALAdmit(f);
-    if (rc == SQLITE_OK) {
-        pthread_mutex_lock(&acsqlInodesMutex);
-        node->walUsers++;
-        pthread_mutex_unlock(&acsqlInodesMutex);
-    }
     pthread_mutex_unlock(&node->walLock);
-    if (rc != SQLITE_OK) return rc;
+    if (rc != SQLITE_OK) {
+        acsqlReleaseWALUse(f);
+        return rc;
+    }
 
     char *shmPath = sqlite3_mprintf("%s%s", f->path, ACSQL_SHM_SUFFIX);
     if (shmPath == NULL) rc = SQLITE_NOMEM;
