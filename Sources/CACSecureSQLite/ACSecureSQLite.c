@@ -168,6 +168,7 @@ typedef struct ACSQLFile {
     ACSQLInode *walOf;   /* a "-wal" file's database (a reference), NULL if it was not open */
     unsigned int walModeSeen;  /* the walOf->walModeGen this handle last applied */
     sqlite3_int64 walCommitEnd; /* the end (SQLite's offset) of a commit frame being written, else -1 */
+    int walAfterCommit;  /* a commit's frames were just written: partial writes go through (acsqlWALCachePut) */
     int shmHeld;         /* a database connection's WAL-index locks (bit i: lock i) */
     int walInTransaction; /* counted in walActive */
     int walToken;        /* counted in walTokens */
@@ -1015,10 +1016,14 @@ static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_in
  * reads a frame before the commit that contains it is published, so nobody else needs the frames
  * held back. The connection's own reads take its cached chunks. When the write lock is released
  * the cache is wiped (frames of a transaction that did not commit, which a later writer
- * overwrites). A write into part of a chunk the cache does not hold goes to the file at once if
- * the chunk is in the file (SQLite rewriting the checksums of its frames after the commit frame),
- * or is cached as a chunk of zeros with those bytes if it lies past the file's end (a new frame's
- * header). Durability is SQLite's: a frame is in the file when its commit returns.
+ * overwrites). A write into part of a chunk the cache does not hold is cached as a chunk of zeros
+ * with those bytes if the chunk lies past the file's end or holds only a frame header (pages of
+ * 4 KiB and more: the rest of that chunk is zeros by the layout), else as the chunk read from the
+ * file with those bytes; but right after a commit's frames were written (until the next whole
+ * chunk or WAL header is written) it goes to the file at once: SQLite then rewrites the checksums
+ * in the headers of that transaction's frames, which must be in the file, with any error
+ * reported, before it publishes the commit. Durability is SQLite's: a frame is in the file when
+ * its commit returns.
  */
 static int acsqlWALCachePut(ACSQLFile *f, const unsigned char *buf, int n, sqlite3_int64 at) {
     ACSQLWriteCache *c = &f->cache;
@@ -1028,6 +1033,7 @@ static int acsqlWALCachePut(ACSQLFile *f, const unsigned char *buf, int n, sqlit
         int span = ACSQL_CHUNK_SIZE - within < n - done ? ACSQL_CHUNK_SIZE - within : n - done;
         int rc = SQLITE_OK;
         if (span == ACSQL_CHUNK_SIZE) {
+            f->walAfterCommit = 0;
             rc = acsqlCacheWrite(f, buf + done, ACSQL_CHUNK_SIZE, pos);
         } else {
             int slot = acsqlCacheFind(c, chunk);
@@ -1036,13 +1042,20 @@ static int acsqlWALCachePut(ACSQLFile *f, const unsigned char *buf, int n, sqlit
             } else {
                 off_t fileEnd = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
                 if (fileEnd < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
-                if (chunk * ACSQL_CHUNK_SIZE < fileEnd) {
+                int inFile = chunk * ACSQL_CHUNK_SIZE < fileEnd;
+                /* A frame header alone in its chunk: pages of 4 KiB and more end on a chunk boundary. */
+                int headerChunk = within == 0 && span == ACSQL_WAL_FRAME_HEADER && f->walPageSize >= ACSQL_CHUNK_SIZE;
+                if (inFile && f->walAfterCommit) {
                     rc = acsqlPwriteAll(f, buf + done, (size_t)span, pos);
                 } else {
                     unsigned char whole[ACSQL_CHUNK_SIZE];
                     memset(whole, 0, sizeof whole);
+                    if (inFile && !headerChunk) {
+                        rc = acsqlReadFile(f, whole, ACSQL_CHUNK_SIZE, chunk * ACSQL_CHUNK_SIZE);
+                        if (rc == SQLITE_IOERR_SHORT_READ) rc = SQLITE_OK;  /* zero-filled */
+                    }
                     memcpy(whole + within, buf + done, (size_t)span);
-                    rc = acsqlCacheWrite(f, whole, ACSQL_CHUNK_SIZE, chunk * ACSQL_CHUNK_SIZE);
+                    if (rc == SQLITE_OK) rc = acsqlCacheWrite(f, whole, ACSQL_CHUNK_SIZE, chunk * ACSQL_CHUNK_SIZE);
                     explicit_bzero(whole, sizeof whole);
                 }
             }
@@ -1067,6 +1080,7 @@ static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sql
     if (offset < ACSQL_WAL_HEADER) {
         /* A new WAL header (a restart): whatever is cached goes first. */
         f->walCommitEnd = -1;
+        f->walAfterCommit = 0;
         if ((rc = acsqlCacheFlush(f)) != SQLITE_OK) return rc;
     }
     sqlite3_int64 frame = (sqlite3_int64)f->walPageSize + ACSQL_WAL_FRAME_HEADER;
@@ -1100,6 +1114,7 @@ static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sql
         /* The commit frame is complete: the transaction's frames go to the file now. */
         f->walCommitEnd = -1;
         rc = acsqlCacheFlush(f);
+        f->walAfterCommit = 1;
     }
     return rc;
 }
