@@ -56,8 +56,9 @@ SQLITE_EXTENSION_INIT1
 #define ACSQL_SOLO_BYTE (ACSQL_INTENT_BYTE + 2)
 #define ACSQL_WAL_MARK_OFFSET 16
 /* How long a process starting to use the database in WAL mode waits, per attempt, for another
- * process's transactions in solo mode to end (then SQLITE_BUSY: SQLite retries). */
-#define ACSQL_ADMIT_MS 2000
+ * process's transactions in solo mode to end. Then xShmMap answers SQLITE_BUSY, which SQLite's WAL
+ * code retries with its own backoff (about 100 attempts before SQLITE_PROTOCOL: a minute in all). */
+#define ACSQL_ADMIT_MS 500
 
 /* The engine's plaintext chunk: a write of part of a chunk rewrites (re-encrypts) the whole chunk. */
 #define ACSQL_CHUNK_SIZE 4096

@@ -156,8 +156,12 @@
  *   - a process stores a new random WAL mark (bytes 16..23) when it starts using the database in
  *     WAL mode.
  * A process starting in WAL mode takes its presence lock, waits until no other process holds the
- * solo byte (at most 2 s per attempt, then SQLITE_BUSY, which SQLite retries), stores its mark, and
- * runs coordinated if another process is present, solo (after rereading both files) if not. A
+ * solo byte, stores its mark, and runs coordinated if another process is present, solo (after
+ * rereading both files) if not. The wait lasts as long as the transaction the other process has
+ * under way in solo mode (never its later ones, which see the newcomer): 0.5 s per attempt, then
+ * SQLITE_BUSY from xShmMap, which SQLite's WAL code retries with its own backoff; a transaction
+ * held open for about a minute makes the newcomer's statement fail with SQLITE_PROTOCOL (with the
+ * unix VFS a newcomer never waits for a reader). A
  * transaction takes the solo byte before it looks for others' presence locks and at the mark. So
  * either a newcomer sees a solo transaction under way and waits for its end, or the transaction
  * sees the newcomer and turns its process coordinated before it touches a file: a process in solo
