@@ -543,9 +543,10 @@ static int runWALSolo(const char *path) {
     child = spawn(argv2, told2[1]);
     close(told2[1]);
     close(go[0]);
-    /* Until this transaction ends, the newcomer must not get in (it is present, waiting). */
+    /* Until this transaction ends, the newcomer must not get in (it is present, waiting). Longer
+     * than one attempt of its wait (0.5 s): its xShmMap answers SQLITE_BUSY and SQLite retries. */
     struct pollfd pfd = {told2[0], POLLIN, 0};
-    int early = poll(&pfd, 1, 400);
+    int early = poll(&pfd, 1, 1200);
     CHECK(early == 0, "walsolo: the joining process got in during a solo transaction");
     CHECK(aclockByteHeld(path, SOLO_PRESENCE_BYTE) == 1, "walsolo: presence not held");
     exec(db, "UPDATE t SET n = n + 1 WHERE id % 11 = 0; COMMIT;");

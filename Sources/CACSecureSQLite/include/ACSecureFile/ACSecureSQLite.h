@@ -161,8 +161,8 @@
  * under way in solo mode (never its later ones, which see the newcomer): 0.5 s per attempt, then
  * SQLITE_BUSY from xShmMap, which SQLite's WAL code retries with its own backoff; a transaction
  * held open for about a minute makes the newcomer's statement fail with SQLITE_PROTOCOL (with the
- * unix VFS a newcomer never waits for a reader). A
- * transaction takes the solo byte before it looks for others' presence locks and at the mark. So
+ * unix VFS a newcomer never waits for a reader). A transaction takes the solo byte before it
+ * looks for others' presence locks and at the mark. So
  * either a newcomer sees a solo transaction under way and waits for its end, or the transaction
  * sees the newcomer and turns its process coordinated before it touches a file: a process in solo
  * mode never reads or writes beside another process, and its cached chunks, length and end are
