@@ -66,7 +66,7 @@ let package = Package(
         // What the tests share: a seeded generator, temporary directories, child processes (Glibc only).
         .target(name: "ACSecureTestSupport", path: "Tests/ACSecureTestSupport"),
         .testTarget(name: "ACCryptoTests", dependencies: ["ACCrypto", "ACSecureTestSupport"]),
-        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSecureTestSupport"]),
+        .testTarget(name: "ACSecureSQLiteTests", dependencies: ["CACSecureSQLite", "CACSystemSQLite", "CACSecureFile", "ACSystemCalls", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureServicesTests", dependencies: ["ACSecureServices", "ACCrypto", "ACSystemCalls", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFileCAPITests", dependencies: ["ACSystemCalls", "ACSecureFileCAPI", "CACSecureFile", "ACSecureFileCore", "ACSecureServices", "ACSecureSharingCore", "ACSecureTestSupport"]),
         .testTarget(name: "ACSecureFoundationTests", dependencies: ["ACSystemCalls", "ACSecureFoundation", "ACSecureFileCore", "ACSecureServices", "ACSecureFileCAPI", "ACSecureTestSupport"]),

@@ -17,8 +17,8 @@
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
-#       (200 opens, no timing assertion: it must build and run), seq-write.c and fsync-timing.c (one
-#       short round each, likewise).
+#       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c
+#       and parallel-read.c (one short round each, likewise).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
@@ -53,6 +53,8 @@ build secure-copy "$root/Examples/c/secure-copy.c"
 build open-cost "$root/Benchmarks/c/open-cost.c"
 build seq-write "$root/Benchmarks/c/seq-write.c"
 build fsync-timing "$root/Benchmarks/c/fsync-timing.c"
+build cut-cost "$root/Benchmarks/c/cut-cost.c"
+build parallel-read "$root/Benchmarks/c/parallel-read.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -130,6 +132,8 @@ fi
 mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 || status=1
 "$work/seq-write" "$work/open-cost-files" 4 1 >/dev/null || status=1
 "$work/fsync-timing" "$work/open-cost-files" 1 >/dev/null || status=1
+"$work/cut-cost" "$work/open-cost-files" 1 20 >/dev/null || status=1
+"$work/parallel-read" "$work/open-cost-files" 1 200 1 2 >/dev/null || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).

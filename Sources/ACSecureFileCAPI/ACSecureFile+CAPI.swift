@@ -109,6 +109,14 @@ public func ACSecureFileSetShared(_ fd: Int32, _ shared: Int32) -> Int32 {
 }
 
 @c @implementation
+public func ACSecureFileAdoptEnd(_ fd: Int32, _ size: off_t) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.adoptEnd(vouchedSize: Int64(size))
+        return 0
+    }
+}
+
+@c @implementation
 public func ACSecureFileLastErrorMessage(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int {
     LastErrorMessage.copy(into: buffer, size: size)
 }

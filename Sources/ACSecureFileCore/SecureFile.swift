@@ -256,6 +256,17 @@ public final class SecureFile: @unchecked Sendable {
         }
     }
 
+    /// Takes `size` as the end of a file whose end does not authenticate: a trailer for `size` is
+    /// sealed at its place, the file is cut after it, and changes are accepted again. Chunks below
+    /// `size` are not checked (the caller restores the ones it knows were being written; any other
+    /// damaged chunk still fails when read).
+    ///
+    /// - Throws: `EINVAL` when the end authenticates (use `truncate`), or when `size` is not a
+    ///   multiple of the chunk size or lies beyond the file's bytes, or for a read-only handle (as `ftruncate`).
+    public func adoptEnd(vouchedSize size: Int64) throws(SecureFileError) {
+        try locked(.truncate) { (s: SharedFile) throws(SecureFileError) in try s.adoptVouchedEnd(size) }
+    }
+
     /// Runs `body` on the shared state with the file locked and keys loaded (engine extensions).
     func withShared<R>(_ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
         try locked(.none, body)

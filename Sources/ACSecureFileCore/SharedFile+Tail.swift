@@ -109,8 +109,7 @@ extension SharedFile {
         let minimumEnd = Int64(FileLayout.headerSize + layout.trailerSize)
         guard physical >= minimumEnd else { return nil }
         let physicalChunk = Int64(layout.physicalChunkSize)
-        let window = Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * physicalChunk
-        let lowestEnd = max(minimumEnd, physical - window)
+        let lowestEnd = max(minimumEnd, physical - recoveryWindowBytes)
         // One chunk more than the trailers need, so the last chunk of the lowest end is in the buffer.
         let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(layout.trailerSize) - physicalChunk)
         let count = Int(physical - from)
@@ -165,6 +164,11 @@ extension SharedFile {
             return (minimumEnd, 0)
         }
         return nil
+    }
+
+    /// How far back from the physical end the recovery scan looks: one write batch and two chunks.
+    var recoveryWindowBytes: Int64 {
+        Int64((Self.batchBytes >> Int(layout.chunkShift)) + 2) * Int64(layout.physicalChunkSize)
     }
 
     /// The positions `i` in `0..<count` (ascending) where the 4 bytes at `p + i` equal those at

@@ -6,11 +6,22 @@ import ACSecureServices
 import ACSystemCalls
 
 /// ftruncate semantics. Growing is a span of zeros (one run, like a write past the end). Shrinking
-/// writes the new trailer before cutting, and a cut inside a chunk first cuts at the end of that
-/// chunk, so after every system call either the old or the new end authenticates and every byte
-/// below the new length reads back.
+/// and emptying are ordered for a power loss, not only for a kill: the page cache writes pages back
+/// in any order, and the length (`ftruncate`, metadata) may reach the device before or after the
+/// data written around it. So the steps that must persist in order are separated by barriers
+/// (`fdatasync`), and the cut itself is made durable before anything else changes the file
+/// (`settleCut`). Whichever steps reach the device, the file opens at its old or its new length with
+/// every byte below that length readable (docs/FORMAT.md "Power loss").
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
+        try settleCut()
+        try truncateUnsettled(to: length)
+        // Other processes must not find this cut's record, or a cut not yet on the device, once
+        // the lock is released.
+        if coordinated { try settleCut() }
+    }
+
+    private func truncateUnsettled(to length: Int64) throws(SecureFileError) {
         if length == 0, hasHeader, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
@@ -37,10 +48,13 @@ extension SharedFile {
             // The chunk the new end is in (rewritten shorter) and every chunk after it.
             readCacheDrop(from: lastIndex)
             if length > 0 && layout.chunkLength(lastIndex, size: length) != layout.chunkLength(lastIndex, size: diskSize) {
-                // Inside a chunk: first cut after that chunk (a new trailer over bytes being cut),
-                // then rewrite it shorter with its trailer, then cut again.
+                // Inside a chunk: the chunk is rewritten shorter with its trailer, then the file is
+                // cut after them. When chunks follow it, the old end still authenticates around the
+                // rewritten chunk: the record (on the device first) tells a reader the cut was under
+                // way. Version 1 files have no record: they first cut after the chunk.
                 let chunkEnd = min(diskSize, (lastIndex + 1) << shift)
-                if chunkEnd < diskSize { try cut(to: chunkEnd) }
+                let announced = chunkEnd < diskSize && layout.version >= 2  // (version 2 becomes 3 as it records)
+                if announced { try recordPendingEndDurably(length) } else if chunkEnd < diskSize { try cut(to: chunkEnd) }
                 work.wipe()
                 try readChunksFromDisk(first: lastIndex, count: 1) { _ in self.workBase }
                 let lastLength = Int(length - lastIndex << shift)
@@ -55,8 +69,13 @@ extension SharedFile {
                 try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)
                 try changeDisk(length) { () throws(SecureFileError) in
                     try checkIO(Sys.pwriteFull(ioFD, buf, bytes, layout.chunkOffset(lastIndex)), "write")
+                    // The chunk and its trailer on the device before the cut: cut first, the chunk
+                    // would end in its old bytes with no trailer.
+                    try orderingBarrier("the shortened chunk before the cut")
                     try checkIO(Sys.ftruncate(ioFD, layout.physicalSize(forPlaintextSize: length)), "truncate")
                 }
+                // Without chunks after it, the old end's last chunk is this one: a reader finds the new end.
+                if announced { cutSettlement = .barrierFirst }
             } else {
                 try cut(to: length)
             }
@@ -82,6 +101,9 @@ extension SharedFile {
         do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
             throw .crypto(error, "\(path): cannot set up AES-GCM")
         }
+        // (Unknown, the later change waits for the cut: see `cutSettlement` below.)
+        let oldPhysical: Int64?
+        if case .success(let length) = Sys.fileSize(ioFD) { oldPhysical = length } else { oldPhysical = nil }
         try setLayout(newLayout)
         dropReadCache()
         cipher = newCipher
@@ -96,28 +118,77 @@ extension SharedFile {
         pendingEndRecorded = 0
         try changeDisk(0) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
+            // The new header on the device before the cut: cut first, the old header would be
+            // left over 32 bytes of its first chunk, with no end at all.
+            try orderingBarrier("the new header before the cut")
             try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
         }
-        try clearPendingEnd()
+        // Until the cut is on the device, a later change landing without it leaves the new end among
+        // old-generation bytes: the recovery scan finds it only within its window of the old end.
+        cutSettlement = oldPhysical.map { $0 <= Int64(FileLayout.headerSize) + recoveryWindowBytes } == true ? .clearRecord : .barrierFirst
         size = 0
     }
 
     /// Cuts the file at a chunk boundary (or to 0): the new trailer first, over bytes being cut, then
     /// the physical cut.
     ///
-    /// The new trailer lands on the head of a chunk the old end still claims, so the header records
-    /// the new length first: a crash between the trailer and the cut leaves a file whose old end
-    /// authenticates around a chunk that does not, and the record is how a reader knows the cut
-    /// was under way (it completes it). The record is cleared once the cut is done.
+    /// The new trailer lands on the head of a chunk the old end may still claim. When chunks follow
+    /// that one, the old end authenticates around it, so the header records the new length first,
+    /// on the device before the trailer: the record is how a reader knows the cut was under way (it
+    /// completes it), and it stays until the cut is on the device (`settleCut`). When that chunk is
+    /// the last one, the old end no longer authenticates once the trailer is down and the recovery
+    /// scan finds the new end: no record is needed. Either way the trailer is on the device before
+    /// the cut (cut first, the file would end without one). The 32-byte trailer never spans two
+    /// sectors (chunk slots start at multiples of 32), so no torn write splits it.
     private func cut(to length: Int64) throws(SecureFileError) {
         let end = layout.physicalSize(forPlaintextSize: length)
-        try recordPendingEnd(length)
+        let shift = Int64(layout.chunkShift)
+        let announced = diskSize > 0 && (diskSize - 1) >> shift > length >> shift
+        if announced { try recordPendingEndDurably(length) }
         let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
+            try orderingBarrier("the new trailer before the cut")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
+        if announced && layout.hasPendingEndRecord { cutSettlement = .barrierFirst }
+    }
+
+    /// Records the pending end and puts it on the device before the change it announces.
+    /// Version 1 files have no record, and no barrier would help them: they keep their old order.
+    private func recordPendingEndDurably(_ length: Int64) throws(SecureFileError) {
+        try recordPendingEnd(length)
+        if layout.hasPendingEndRecord { try orderingBarrier("the pending end before the cut") }
+    }
+
+    /// An ordering point between two steps of a change: `fdatasync(2)`, so every step before it is on
+    /// the device before any step after it is written. Only cuts and emptying use them (a power loss
+    /// must not find the length changed around data that is not there yet).
+    func orderingBarrier(_ why: String) throws(SecureFileError) {
+        try checkIO(Sys.fdatasync(ioFD), "fdatasync (\(why))")
+    }
+
+    /// What a cut leaves to do before anything else changes the file (`settleCut`).
+    enum CutSettlement {
+        case none
+        /// Its record can be cleared: wherever the cut and the next change land, a reader finds the end.
+        case clearRecord
+        /// The cut must be on the device first: a later change reaching the device without it could
+        /// be read around the old length (an append over bytes the old end still claims, or a new
+        /// end beyond the recovery scan's reach among old-generation bytes).
+        case barrierFirst
+    }
+
+    /// Before anything else changes the file after a cut: the cut on the device if it must be, then
+    /// its record cleared. The application's own sync settles it too (`makeDurable`).
+    func settleCut() throws(SecureFileError) {
+        switch cutSettlement {
+        case .none: return
+        case .clearRecord: break
+        case .barrierFirst: try orderingBarrier("a cut before the next change")
+        }
+        cutSettlement = .none
         try clearPendingEnd()
     }
 

@@ -172,6 +172,7 @@ extension SharedFile {
                   source: (Int64) -> UnsafeRawPointer) throws(SecureFileError) -> Int {
         precondition(first <= diskChunks, "chunks must be contiguous with the disk")
         guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
+        try settleCut()
         let physical = layout.physicalChunkSize
         let maxBatch = max(1, Self.batchBytes >> Int(layout.chunkShift))
         var i = first

@@ -74,6 +74,10 @@ final class SharedFile: @unchecked Sendable {
     /// The pending end the header on disk records, as far as this process knows (nil: none):
     /// `SharedFile+PendingEnd.swift`.
     var pendingEndRecorded: Int64?
+    /// What the last cut (a shrink or emptying) leaves to do before the next change: its pending-end
+    /// record to clear, after a barrier if the cut must be on the device first (`settleCut`); the
+    /// application's sync settles it too (`makeDurable`).
+    var cutSettlement = CutSettlement.none
     /// The directory this process created the file in, until a sync has made the new name durable
     /// too (`makeDurable`): an application that fsyncs a file it just created expects to find it.
     var directoryToSync: BytePath?
@@ -259,6 +263,11 @@ final class SharedFile: @unchecked Sendable {
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")
         case .data: try checkIO(Sys.fdatasync(ioFD), "fdatasync")
+        }
+        if cutSettlement != .none {
+            // The cut is on the device now: its record has done its work.
+            cutSettlement = .none
+            try clearPendingEnd()
         }
         if let directory = directoryToSync {
             try checkIO(Sys.syncDirectory(directory), "fsync of its directory \(directory) (the new file's name)")

@@ -69,6 +69,61 @@ public final class SystemCallDriver: @unchecked Sendable {
     }()
 }
 
+/// A test's record of the file-changing calls of the thread that installs it (`current`, `with`):
+/// every completed `pwrite`/`write` attempt with its bytes, `ftruncate`, `fsync`, `fdatasync`, an
+/// `open` that can create or empty a file, and the name calls (`rename`, `link`, `unlink`). A crash-state
+/// enumerator replays them (Tests/ACSecureFileCoreTests/CrashStateEnumeratorTests.swift). Calls
+/// that failed are not recorded: they changed nothing.
+public final class SystemCallRecorder: @unchecked Sendable {
+    /// The device and inode of a descriptor's file when the call completed (nil: `fstat` failed).
+    public struct FileIdentity: Hashable, Sendable {
+        public var device: UInt64
+        public var inode: UInt64
+        public init(device: UInt64, inode: UInt64) { self.device = device; self.inode = inode }
+    }
+
+    public enum Event: Sendable {
+        /// A transfer that reached the file: `offset` is the file offset (for `write`, where the
+        /// descriptor's offset was before it).
+        case write(file: FileIdentity?, offset: Int64, bytes: [UInt8])
+        case truncate(file: FileIdentity?, length: Int64)
+        /// `fsync` (`full`) or `fdatasync`.
+        case sync(file: FileIdentity?, full: Bool)
+        /// An `open` with `O_CREAT` or `O_TRUNC`, or of an unnamed file.
+        case open(path: BytePath, flags: Int32, file: FileIdentity?)
+        case rename(from: BytePath, to: BytePath)
+        case link(from: BytePath, to: BytePath)
+        case unlink(path: BytePath)
+    }
+
+    public let record: (Event) -> Void
+    public init(_ record: @escaping (Event) -> Void) { self.record = record }
+
+    /// The calling thread's recorder (nil: none).
+    public static var current: SystemCallRecorder? {
+        get { pthread_getspecific(key).map { Unmanaged<SystemCallRecorder>.fromOpaque($0).takeUnretainedValue() } }
+        set {
+            if let old = pthread_getspecific(key) { Unmanaged<SystemCallRecorder>.fromOpaque(old).release() }
+            pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
+        }
+    }
+
+    /// Runs `body` with `recorder` installed on this thread, then restores the previous one.
+    public static func with<R, E: Error>(_ recorder: SystemCallRecorder, _ body: () throws(E) -> R) throws(E) -> R {
+        let previous = current
+        current = recorder
+        defer { current = previous }
+        return try body()
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let created = pthread_key_create(&key) { if let p = $0 { Unmanaged<SystemCallRecorder>.fromOpaque(p).release() } }
+        precondition(created == 0, "pthread_key_create: \(created)")
+        return key
+    }()
+}
+
 /// The process-wide in-memory backend (fuzzers, tests). Set it only while no other thread makes
 /// file-system calls and no descriptor of the other side is open.
 @_spi(Testing) public enum SystemCallBackends {
@@ -96,6 +151,38 @@ extension Sys {
         case .short(let n)?: return .success(min(count, max(n, 1)))
         case nil: return .success(count)
         }
+    }
+}
+extension Sys {
+    /// The file behind `fd` for a recorder: the backend's or the kernel's `fstat`, outside the
+    /// driver (a recorded call must not count as one of the workload's attempts).
+    static func identity(_ fd: Int32) -> SystemCallRecorder.FileIdentity? {
+        if let b = installedBackend {
+            guard case .success(let st) = b.fstat(fd) else { return nil }
+            return .init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        }
+        var st = Glibc.stat()
+        guard Glibc.fstat(fd, &st) == 0 else { return nil }
+        return .init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    }
+
+    /// A completed transfer for the recorder: `offset` nil for `write`, whose offset is the
+    /// descriptor's (read back after the call).
+    @inline(__always)
+    static func recordedWrite(_ result: Result<Int, Errno>, _ fd: Int32, _ buf: UnsafeRawPointer, _ offset: Int64?) -> Result<Int, Errno> {
+        recorded(result) { n in
+            let at = offset ?? (installedBackend == nil ? Int64(lseek(fd, 0, SEEK_CUR)) - Int64(n) : -1)
+            return .write(file: identity(fd), offset: at, bytes: Array(UnsafeRawBufferPointer(start: buf, count: n)))
+        }
+    }
+
+    /// Hands a completed call to the thread's recorder, if any; returns `result` unchanged.
+    @inline(__always)
+    static func recorded<T>(_ result: Result<T, Errno>, _ event: (T) -> SystemCallRecorder.Event?) -> Result<T, Errno> {
+        if let recorder = SystemCallRecorder.current, case .success(let value) = result, let e = event(value) {
+            recorder.record(e)
+        }
+        return result
     }
 }
 #endif

@@ -35,7 +35,13 @@ package enum Sys {
     // MARK: descriptors
 
     package static func open(_ path: BytePath, _ flags: Int32, _ mode: mode_t = 0) -> Result<Int32, Errno> {
-        retried(.open, backend: { $0.open(path, flags, mode) }, kernel: { withPath(path) { valueOrErrno(Glibc.open($0, flags, mode)) } })
+        let opened = retried(.open, backend: { $0.open(path, flags, mode) }, kernel: { withPath(path) { valueOrErrno(Glibc.open($0, flags, mode)) } })
+        #if ACSECURE_SYSCALL_MOCKING
+        if flags & (O_CREAT | O_TRUNC) != 0 || flags & unnamedFileFlag == unnamedFileFlag {
+            return recorded(opened) { .open(path: path, flags: flags, file: identity($0)) }
+        }
+        #endif
+        return opened
     }
 
     @_disfavoredOverload
@@ -93,9 +99,13 @@ package enum Sys {
                 case .failure(let e): return .failure(e)
                 case .success(let n): want = n
                 }
-                if let b = installedBackend { return b.pwrite(fd, UnsafeRawBufferPointer(start: buf + done, count: want), offset + Int64(done)) }
-                #endif
+                if let b = installedBackend {
+                    return recordedWrite(b.pwrite(fd, UnsafeRawBufferPointer(start: buf + done, count: want), offset + Int64(done)), fd, buf + done, offset + Int64(done))
+                }
+                return recordedWrite(valueOrErrno(Glibc.pwrite(fd, buf + done, want, off_t(offset) + off_t(done))), fd, buf + done, offset + Int64(done))
+                #else
                 return valueOrErrno(Glibc.pwrite(fd, buf + done, want, off_t(offset) + off_t(done)))
+                #endif
             }
         }.map { _ in () }
     }
@@ -128,10 +138,12 @@ package enum Sys {
                 case .failure(let e): return .failure(e)
                 case .success(let n): want = n
                 }
-                if let b = installedBackend { return b.write(fd, UnsafeRawBufferPointer(start: buf + done, count: want)) }
-                #endif
+                if let b = installedBackend { return recordedWrite(b.write(fd, UnsafeRawBufferPointer(start: buf + done, count: want)), fd, buf + done, nil) }
+                return recordedWrite(valueOrErrno(Glibc.write(fd, buf + done, want)), fd, buf + done, nil)
+                #else
                 // write(2) returns 0 only for a 0-byte request: never an end here.
                 return valueOrErrno(Glibc.write(fd, buf + done, want))
+                #endif
             }
         }.map { _ in () }
     }
@@ -155,15 +167,30 @@ package enum Sys {
     }
 
     package static func ftruncate(_ fd: Int32, _ length: Int64) -> Result<Void, Errno> {
-        retried(.ftruncate, backend: { $0.ftruncate(fd, length) }, kernel: { valueOrErrno(Glibc.ftruncate(fd, off_t(length))).map { _ in () } })
+        let done = retried(.ftruncate, backend: { $0.ftruncate(fd, length) }, kernel: { valueOrErrno(Glibc.ftruncate(fd, off_t(length))).map { _ in () } })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .truncate(file: identity(fd), length: length) }
+        #else
+        return done
+        #endif
     }
 
     package static func fsync(_ fd: Int32) -> Result<Void, Errno> {
-        retried(.fsync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fsync(fd)).map { _ in () } })
+        let done = retried(.fsync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fsync(fd)).map { _ in () } })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .sync(file: identity(fd), full: true) }
+        #else
+        return done
+        #endif
     }
 
     package static func fdatasync(_ fd: Int32) -> Result<Void, Errno> {
-        retried(.fdatasync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fdatasync(fd)).map { _ in () } })
+        let done = retried(.fdatasync, backend: { $0.sync(fd) }, kernel: { valueOrErrno(Glibc.fdatasync(fd)).map { _ in () } })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .sync(file: identity(fd), full: false) }
+        #else
+        return done
+        #endif
     }
 
     package static func fchmod(_ fd: Int32, _ mode: mode_t) -> Result<Void, Errno> {
@@ -228,25 +255,40 @@ package enum Sys {
     }
 
     package static func rename(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno> {
-        retried(.rename, backend: { $0.rename(old, new) }, kernel: {
+        let done = retried(.rename, backend: { $0.rename(old, new) }, kernel: {
             withPath(old) { o in withPath(new) { n in valueOrErrno(Glibc.rename(o, n)).map { _ in () } } }
         })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .rename(from: old, to: new) }
+        #else
+        return done
+        #endif
     }
 
     /// `link(2)`: like `rename` but refuses (`EEXIST`) an existing `new`.
     package static func link(_ old: BytePath, _ new: BytePath) -> Result<Void, Errno> {
-        retried(.link, backend: unsupported, kernel: {
+        let done: Result<Void, Errno> = retried(.link, backend: unsupported, kernel: {
             withPath(old) { o in withPath(new) { n in valueOrErrno(Glibc.link(o, n)).map { _ in () } } }
         })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .link(from: old, to: new) }
+        #else
+        return done
+        #endif
     }
 
     /// Gives the file open on `fd` (an unnamed `O_TMPFILE` file) the name `path`: `linkat(2)` of
     /// `/proc/self/fd/<fd>` with `AT_SYMLINK_FOLLOW`, which needs no privilege (`AT_EMPTY_PATH`
     /// does). Fails with `EEXIST` when `path` exists, as `link(2)`.
     package static func linkDescriptor(_ fd: Int32, to path: BytePath) -> Result<Void, Errno> {
-        retried(.link, backend: unsupported, kernel: {
+        let done: Result<Void, Errno> = retried(.link, backend: unsupported, kernel: {
             withPath(path) { valueOrErrno(Glibc.linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, $0, AT_SYMLINK_FOLLOW)).map { _ in () } }
         })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .link(from: BytePath("/proc/self/fd/\(fd)"), to: path) }
+        #else
+        return done
+        #endif
     }
 
     /// The directory whose entry `path` is (what an fsync makes a new or renamed name durable in):
@@ -264,7 +306,12 @@ package enum Sys {
     package static let unnamedFileFlag: Int32 = 0o20_200_000
 
     package static func unlink(_ path: BytePath) -> Result<Void, Errno> {
-        retried(.unlink, backend: { $0.unlink(path) }, kernel: { withPath(path) { valueOrErrno(Glibc.unlink($0)).map { _ in () } } })
+        let done = retried(.unlink, backend: { $0.unlink(path) }, kernel: { withPath(path) { valueOrErrno(Glibc.unlink($0)).map { _ in () } } })
+        #if ACSECURE_SYSCALL_MOCKING
+        return recorded(done) { .unlink(path: path) }
+        #else
+        return done
+        #endif
     }
 
     package static func chmod(_ path: BytePath, _ mode: mode_t) -> Result<Void, Errno> {

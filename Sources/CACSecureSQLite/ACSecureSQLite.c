@@ -219,12 +219,51 @@ static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
  * The engine's report on a file's end, right after it is opened (ACSecureFileLastError): an
  * interrupted write recovered (bytes after the last authenticated end, which a crash in the middle
  * of an extension leaves: SQLite's hot journal restores what the write changed) is logged and the
- * file used; no end that authenticates at all (the file was cut or damaged at its end, never what a
- * crash leaves) refuses a database with SQLITE_CORRUPT, SQLite's code for a database image that is
- * not what was written (applications handle it as a damaged database). A journal in that state is
+ * file used; no end that authenticates at all (the file was cut or damaged at its end, or a power
+ * loss tore a write over its old trailer) takes the end from a hot journal if there is one
+ * (acsqlAdoptEndFromHotJournal), and otherwise refuses a database with SQLITE_CORRUPT, SQLite's
+ * code for a database image that is not what was written (applications handle it as a damaged
+ * database). A journal in that state is
  * read as SQLite reads a short or torn journal: its chunks that do not authenticate read as zeros
  * (acsqlReadFile), which its record checksums reject, so the rollback stops there.
  */
+/*
+ * A database whose end does not authenticate, with a hot rollback journal beside it: a power loss
+ * tore a write of the transaction the journal protects (an append of pages from a chunk-aligned end
+ * writes the new chunk over the old trailer: FORMAT.md "Power loss"), and the journal, itself
+ * authenticated, records the database's size before that transaction (its header's page count and
+ * page size) and every page the transaction changed. Its size is taken as the database's end
+ * (ACSecureFileAdoptEnd) and SQLite's hot-journal rollback restores the pages. Returns 1 when the
+ * end was taken from the journal. Only for page-aligned sizes on a chunk boundary and a writable
+ * descriptor; anything else leaves the database refused.
+ */
+static int acsqlAdoptEndFromHotJournal(int fd, const char *path) {
+    char *journal = sqlite3_mprintf("%s-journal", path);
+    if (journal == NULL) return 0;
+    int jfd = ACSecureFileOpen(journal, O_RDONLY, 0);
+    unsigned char h[28];
+    ssize_t n = jfd >= 0 ? ACSecureFilePread(jfd, h, sizeof h, 0) : -1;
+    if (jfd >= 0) ACSecureFileClose(jfd);
+    static const unsigned char magic[8] = { 0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7 };
+    int adopted = 0;
+    if (n == (ssize_t)sizeof h && memcmp(h, magic, sizeof magic) == 0) {
+        uint32_t pages = (uint32_t)h[16] << 24 | (uint32_t)h[17] << 16 | (uint32_t)h[18] << 8 | h[19];
+        uint32_t pageSize = (uint32_t)h[24] << 24 | (uint32_t)h[25] << 16 | (uint32_t)h[26] << 8 | h[27];
+        int validPageSize = pageSize >= 512 && pageSize <= 65536 && (pageSize & (pageSize - 1)) == 0;
+        off_t size = (off_t)pages * (off_t)pageSize;
+        if (validPageSize && ACSecureFileAdoptEnd(fd, size) == 0) {
+            sqlite3_log(SQLITE_NOTICE, "acsecure: %s: the database's end did not authenticate (a write torn by a crash); its hot journal records %u pages of %u bytes before the interrupted transaction: that is taken as its end, and the rollback restores the pages",
+                        path, pages, pageSize);
+            adopted = 1;
+        } else if (validPageSize) {
+            sqlite3_log(SQLITE_WARNING, "acsecure: %s: its hot journal records %lld bytes before the interrupted transaction, which cannot be taken as its end: %s",
+                        path, (long long)size, strerror(errno));
+        }
+    }
+    sqlite3_free(journal);
+    return adopted;
+}
+
 static int acsqlCheckEnd(int fd, const char *path, int isDatabase) {
     if (ACSecureFileLastError(fd) != ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) return SQLITE_OK;
     off_t recovered = ACSecureFileRecoveredBytes(fd);
@@ -233,6 +272,7 @@ static int acsqlCheckEnd(int fd, const char *path, int isDatabase) {
                     path, (long long)recovered);
         return SQLITE_OK;
     }
+    if (isDatabase && acsqlAdoptEndFromHotJournal(fd, path)) return SQLITE_OK;
     if (isDatabase) {
         sqlite3_log(SQLITE_CORRUPT, "acsecure: %s: the database's end does not authenticate (the file was cut, extended or damaged at its end): not opened",
                     path);

@@ -77,4 +77,48 @@ final class DurabilityCAPITests: CAPITestCase {
         XCTAssertEqual(st.st_size, 5000)
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
+
+    /// A file whose end does not authenticate (what a power loss leaves when an append from a
+    /// chunk-aligned end tore over the old trailer) takes an end vouched for by the caller, on a
+    /// chunk boundary within its bytes, and accepts changes again; the acsecure VFS vouches with a
+    /// hot journal's size (SQLiteCrashStateTests). Refused (EINVAL) when the end authenticates, for
+    /// another size and on a read-only descriptor.
+    func testAnEndVouchedForIsTakenOnlyWhenNoEndAuthenticates() {
+        let path = directory + "/vouched"
+        let fd = ACSecureFile_openWithMode(path, O_RDWR | O_CREAT, 0o600)
+        let data = (0..<12288).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        XCTAssertEqual(data.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 12288) }, 12288)
+        XCTAssertEqual(ACSecureFileAdoptEnd(fd, 8192), -1)
+        XCTAssertEqual(errno, EINVAL, "the end authenticates: a cut is ftruncate's")
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        // The torn append: the head of a fourth chunk over the old trailer, the new size not there.
+        let raw = Glibc.open(path, O_WRONLY)
+        var st = stat()
+        XCTAssertEqual(fstat(raw, &st), 0)
+        XCTAssertEqual([UInt8](repeating: 0xC3, count: 32).withUnsafeBytes { Glibc.pwrite(raw, $0.baseAddress, 32, st.st_size - 32) }, 32)
+        Glibc.close(raw)
+        let readOnly = ACSecureFile_openWithMode(path, O_RDONLY, 0)
+        XCTAssertEqual(ACSecureFileAdoptEnd(readOnly, 12288), -1)
+        XCTAssertEqual(errno, EINVAL, "a read-only descriptor, as ftruncate")
+        XCTAssertEqual(ACSecureFileClose(readOnly), 0)
+        let damaged = ACSecureFile_openWithMode(path, O_RDWR, 0)
+        XCTAssertEqual(ACSecureFileRecoveredBytes(damaged), -1, "no end authenticates")
+        XCTAssertEqual([UInt8](repeating: 1, count: 10).withUnsafeBytes { ACSecureFilePwrite(damaged, $0.baseAddress, 10, 0) }, -1, "changes are refused")
+        for wrong: off_t in [5000, 16384, -4096] {
+            XCTAssertEqual(ACSecureFileAdoptEnd(damaged, wrong), -1, "\(wrong)")
+            XCTAssertEqual(errno, EINVAL, "\(wrong): not a chunk boundary within the file")
+        }
+        XCTAssertEqual(ACSecureFileAdoptEnd(damaged, 12288), 0, String(cString: strerror(errno)))
+        XCTAssertEqual(ACSecureFstat(damaged, &st), 0)
+        XCTAssertEqual(st.st_size, 12288)
+        XCTAssertEqual([UInt8](repeating: 7, count: 100).withUnsafeBytes { ACSecureFilePwrite(damaged, $0.baseAddress, 100, 12288) }, 100, "changes are accepted again")
+        XCTAssertEqual(ACSecureFileClose(damaged), 0)
+        let reopened = ACSecureFile_openWithMode(path, O_RDONLY, 0)
+        XCTAssertEqual(ACSecureFileLastError(reopened), Int32(ACE_NO_ERROR.rawValue), "the end authenticates again")
+        var back = [UInt8](repeating: 0, count: 12388)
+        XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(reopened, $0.baseAddress, 12388, 0) }, 12388)
+        XCTAssertTrue(back[0..<12288].elementsEqual(data), "the bytes below the vouched end")
+        XCTAssertTrue(back[12288...].allSatisfy { $0 == 7 }, "the bytes written after")
+        XCTAssertEqual(ACSecureFileClose(reopened), 0)
+    }
 }

@@ -178,6 +178,38 @@ final class TamperSuiteTests: XCTestCase {
         print("TamperSuite: chunk bit flips: \(counts.cases) cases")
     }
 
+    /// A chunk damaged on disk (a torn in-place rewrite does this: docs/FORMAT.md "What a crash can
+    /// cost") is the only thing lost: a write that needs its old bytes fails, changing nothing; a
+    /// write of the whole chunk repairs it, as SQLite's rollback journal rewrites whole pages; the
+    /// other chunks and the end stay as they were (issue 24 item 4).
+    func testADamagedChunkIsRepairedByAWholeChunkWriteAndRefusedByAPartialOne() throws {
+        let plaintext = randomBytes(3 * Self.chunk + 777, &rng)
+        let raw = try encrypt(plaintext, name: "repair")
+        for c in 0..<4 {
+            let length = min(Self.chunk, plaintext.count - c * Self.chunk)
+            var t = raw
+            t[Self.header + c * Self.physicalChunk + 20] ^= 0x40  // inside the ciphertext: as if torn there
+            let path = env.path("repair-\(c)")
+            writeWholeFile(path, t)
+            let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            XCTAssertEqual(try f.size, Int64(plaintext.count), "chunk \(c): the damage does not move the end")
+            XCTAssertEqual(aceCode { _ = try f.pwrite([1, 2, 3], at: Int64(c * Self.chunk + 10)) }, .badKeyOrCorruptData,
+                           "chunk \(c): a partial write needs the damaged bytes")
+            XCTAssertEqual(readWholeFile(path), t, "chunk \(c): the refused write changed nothing")
+            let fresh = randomBytes(length, &rng)
+            try f.pwrite(fresh, at: Int64(c * Self.chunk))
+            var expected = plaintext
+            expected.replaceSubrange((c * Self.chunk)..<(c * Self.chunk + length), with: fresh)
+            XCTAssertEqual(try f.readAll(), expected, "chunk \(c): repaired by the whole-chunk write")
+            try f.close()
+            let reopened = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try reopened.readAll(), expected, "chunk \(c): after reopening")
+            XCTAssertEqual(try reopened.bytesAfterAuthenticatedEnd, 0)
+            try reopened.close()
+            unlink(path)
+        }
+    }
+
     func physicalChunk(_ raw: [UInt8], _ c: Int) -> ArraySlice<UInt8> {
         raw[(Self.header + c * Self.physicalChunk)..<(Self.header + (c + 1) * Self.physicalChunk)]
     }

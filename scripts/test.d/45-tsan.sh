@@ -7,7 +7,9 @@
 # - ACSecureServicesTests.ConcurrencyTests: derive racing lock(), concurrent lock/unlock storms;
 # - the C API's descriptor table across threads (last error per descriptor, open/close races);
 # - SecureBytesTests/testKeyMaterialIsSendable: key material read by several threads at once;
-# - ReadCacheTests/testThreadsOnOneCachedFile: threads on handles of one file with a read cache.
+# - ReadCacheTests/testThreadsOnOneCachedFile: threads on handles of one file with a read cache;
+# - ContentionStressTests: threads reading, writing, appending and truncating one file at once
+#   (fewer operations per thread here: ACSECURE_STRESS_OPERATIONS).
 #
 # Every lock in the project is a pthread mutex (Sources/ACCrypto/Lock.swift), which TSan intercepts;
 # it would not see Synchronization.Mutex on Linux, which is why that type is not used (docs/TESTING.md).
@@ -18,7 +20,8 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 scratch=.build-tsan
 tests='SecureFileConcurrencyTests|EngineBehaviourTests/testManyThreadsOnOneHandle|ACSecureServicesTests.ConcurrencyTests'
 tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState)'
-tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile'
+tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile|ContentionStressTests'
+export ACSECURE_STRESS_OPERATIONS=150
 start=$(date +%s)
 swift build --build-tests --sanitize thread --scratch-path "$scratch"
 swift test --skip-build --sanitize thread --scratch-path "$scratch" --filter "$tests"

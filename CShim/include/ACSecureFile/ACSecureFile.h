@@ -391,6 +391,21 @@ off_t ACSecureFileRecoveredBytes(int fd);
 int ACSecureFileSetShared(int fd, int shared);
 
 /**
+ * Takes size as the end of a file whose end does not authenticate (ACSecureFileRecoveredBytes
+ * failing with EIO), on the word of another authenticated record of its length: a trailer for size
+ * is sealed at its place, the file is cut after it, and changes are accepted again. For a caller
+ * that can restore what the interrupted write changed, as SQLite's hot rollback journal does (the
+ * acsecure VFS uses it for a database torn by a power loss). Chunks below size are not checked;
+ * a damaged one still fails when read, and a whole-chunk write repairs it.
+ *
+ * Returns 0, or -1 with errno EINVAL (the end authenticates: use ACSecureFtruncate; size not a
+ * multiple of the chunk size, 4096 bytes by default, or beyond the file's bytes; a read-only
+ * descriptor, as ftruncate), EBADF (unknown descriptor), EACCES (no keys), or the errno of the
+ * write, fdatasync or ftruncate.
+ */
+int ACSecureFileAdoptEnd(int fd, off_t size);
+
+/**
  * Why the calling thread's last failed call of this API failed, in words: the message names the
  * file and the reason (e.g. "notes.db: secure services cannot start (no secure services store at
  * /home/you/.local/share/acsecure (no seed file); create one with `acsecure init`,

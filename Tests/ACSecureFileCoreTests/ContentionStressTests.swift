@@ -1,0 +1,193 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACSecureTestSupport
+import Dispatch
+import ACCrypto
+@testable import ACSecureFileCore
+
+/// Many threads reading, writing, appending and truncating one file at once (issue 26 item 4): the
+/// safety net for any change to how operations on a file exclude each other. Interleavings differ
+/// from run to run, so the checks are invariants that hold for every interleaving rather than a
+/// replay against a plain file:
+///
+/// - **Regions.** Each writer owns a 64 KiB region at the start of the file and writes whole chunks
+///   there, each chunk stamped with one (writer, version) value. The owner reads its region back
+///   exactly as its own model says (nobody else writes it); readers may read any region, and every
+///   chunk they read is one stamp whole (a read sees a write entirely or not at all, per chunk),
+///   never a version older than one they saw before (no going back in time).
+/// - **Log.** After the regions, appenders add 128-byte records with `O_APPEND` (32 per chunk, none
+///   across two chunks), and a truncator cuts the log back to a record boundary or grows it with
+///   zeros. Every record anyone reads is a whole valid record or zeros; at the end, every record is
+///   valid or zeros, and each appender's sequence numbers only go up along the file.
+///
+/// Run under ThreadSanitizer by scripts/test.d/45-tsan.sh.
+final class ContentionStressTests: XCTestCase {
+    static let writers = 2, readers = 2, appenders = 2
+    static let region = 65536, chunk = 4096, record = 128
+    static var logStart: Int { writers * region }
+
+    /// A chunk's content: its stamp repeated (8 bytes: writer + 1, then the version).
+    static func stampedChunk(writer: Int, version: UInt32) -> [UInt8] {
+        var one = [UInt8](repeating: 0, count: 8)
+        one[0] = UInt8(writer + 1)
+        withUnsafeBytes(of: version.littleEndian) { one.replaceSubrange(4..<8, with: $0) }
+        return Array((0..<(chunk / 8)).map { _ in one }.joined())
+    }
+
+    /// The stamp of a chunk read whole, or nil when it is not one stamp repeated (a torn chunk).
+    static func stamp(of bytes: ArraySlice<UInt8>) -> (writer: Int, version: UInt32)? {
+        let first = Array(bytes.prefix(8))
+        guard first.count == 8 else { return nil }
+        var i = bytes.startIndex
+        while i < bytes.endIndex {
+            if !bytes[i..<(i + 8)].elementsEqual(first) { return nil }
+            i += 8
+        }
+        if first.allSatisfy({ $0 == 0 }) { return (-1, 0) }  // never written yet
+        return (Int(first[0]) - 1, first[4..<8].withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) })
+    }
+
+    /// A log record: magic, appender, sequence number, then a payload derived from them.
+    static func logRecord(appender: Int, sequence: UInt32) -> [UInt8] {
+        var r = [UInt8](repeating: 0, count: record)
+        r[0] = 0xA5; r[1] = UInt8(appender)
+        withUnsafeBytes(of: sequence.littleEndian) { r.replaceSubrange(4..<8, with: $0) }
+        for i in 8..<record { r[i] = UInt8(truncatingIfNeeded: Int(sequence) &* 31 &+ i &+ appender) }
+        return r
+    }
+
+    enum RecordCheck { case zeros, valid(appender: Int, sequence: UInt32), bad(String) }
+
+    static func parseRecord(_ r: ArraySlice<UInt8>) -> RecordCheck {
+        if r.allSatisfy({ $0 == 0 }) { return .zeros }
+        guard r.count == record, r[r.startIndex] == 0xA5 else { return .bad("not a record") }
+        let appender = Int(r[r.startIndex + 1])
+        let sequence = r[(r.startIndex + 4)..<(r.startIndex + 8)].withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) }
+        guard appender < appenders, r.elementsEqual(logRecord(appender: appender, sequence: sequence)) else { return .bad("a torn or foreign record") }
+        return .valid(appender: appender, sequence: sequence)
+    }
+
+    func testThreadsReadingWritingAppendingAndTruncatingOneFile() throws {
+        let env = try TestEnvironment()
+        let path = env.path("contention")
+        let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try setup.pwrite([UInt8](repeating: 0, count: Self.logStart), at: 0)
+        try setup.close()
+        // Fewer under ThreadSanitizer (scripts/test.d/45-tsan.sh), which is about ten times slower.
+        let operations = getenv("ACSECURE_STRESS_OPERATIONS").flatMap { Int(String(cString: $0)) } ?? 400
+        let failures = LockedValue<[String]>([])
+        @Sendable func fail(_ s: String) { failures.withLock { if $0.count < 20 { $0.append(s) } } }
+        let services = env.services
+        let models = LockedValue<[Int: [UInt32]]>([:])
+        let roles = Self.writers + Self.readers + Self.appenders + 1
+
+        DispatchQueue.concurrentPerform(iterations: roles) { role in
+            var rng = SplitMix64(seed: UInt64(role) &* 0x9E37 &+ 11)
+            do {
+                if role < Self.writers {
+                    // A writer: whole chunks of its own region, one or two per call, on one shared
+                    // handle or a handle of its own (both paths of the state).
+                    let f = try SecureFile.open(path, flags: O_RDWR, services: services)
+                    defer { try? f.close() }
+                    var versions = [UInt32](repeating: 0, count: Self.region / Self.chunk)
+                    var next: UInt32 = 1
+                    for i in 0..<operations {
+                        let c = Int.random(in: 0..<(versions.count - 1), using: &rng)
+                        let count = Int.random(in: 1...2, using: &rng)
+                        var bytes: [UInt8] = []
+                        for k in 0..<count { bytes += Self.stampedChunk(writer: role, version: next); versions[c + k] = next }
+                        next += 1
+                        try f.pwrite(bytes, at: Int64(role * Self.region + c * Self.chunk))
+                        if i % 4 == 3 {
+                            let all = try f.pread(count: Self.region, at: Int64(role * Self.region))
+                            for (k, v) in versions.enumerated() {
+                                let s = Self.stamp(of: all[(k * Self.chunk)..<((k + 1) * Self.chunk)])
+                                if s.map({ $0.writer == (v == 0 ? -1 : role) && $0.version == v }) != true {
+                                    fail("writer \(role): chunk \(k) of its region reads \(String(describing: s)), its model says version \(v)")
+                                }
+                            }
+                        }
+                    }
+                    models.withLock { $0[role] = versions }
+                } else if role < Self.writers + Self.readers {
+                    // A reader: any region (whole chunks: one stamp each, never older than seen) and the log.
+                    let f = try SecureFile.open(path, flags: O_RDONLY, services: services)
+                    defer { try? f.close() }
+                    var seen = [Int: UInt32]()
+                    for _ in 0..<operations {
+                        if Bool.random(using: &rng) {
+                            let c = Int.random(in: 0..<(Self.logStart / Self.chunk - 2), using: &rng)
+                            let got = try f.pread(count: 3 * Self.chunk, at: Int64(c * Self.chunk))
+                            for k in 0..<3 {
+                                guard let s = Self.stamp(of: got[(k * Self.chunk)..<((k + 1) * Self.chunk)]) else {
+                                    fail("reader \(role): chunk \(c + k) is not one write whole"); continue
+                                }
+                                if s.writer >= 0, s.writer != (c + k) * Self.chunk / Self.region { fail("reader \(role): chunk \(c + k) holds writer \(s.writer)'s stamp") }
+                                if let before = seen[c + k], s.version < before { fail("reader \(role): chunk \(c + k) went back from version \(before) to \(s.version)") }
+                                seen[c + k] = s.version
+                            }
+                        } else {
+                            let size = try f.size
+                            let records = (Int(size) - Self.logStart) / Self.record
+                            guard records > 0 else { continue }
+                            let r = Int.random(in: 0..<records, using: &rng)
+                            let got = try f.pread(count: Self.record, at: Int64(Self.logStart + r * Self.record))
+                            // Cut meanwhile: short or empty. Otherwise one record whole, or zeros.
+                            if got.count == Self.record, case .bad(let why) = Self.parseRecord(got[...]) { fail("reader \(role): log record \(r): \(why)") }
+                        }
+                    }
+                } else if role < Self.writers + Self.readers + Self.appenders {
+                    // An appender: O_APPEND records, each one write call.
+                    let a = role - Self.writers - Self.readers
+                    let f = try SecureFile.open(path, flags: O_WRONLY | O_APPEND, services: services)
+                    defer { try? f.close() }
+                    for s in 0..<UInt32(operations) {
+                        let n = try f.write(Self.logRecord(appender: a, sequence: s))
+                        if n != Self.record { fail("appender \(a): short append \(n)") }
+                    }
+                } else {
+                    // The truncator: cuts the log to a record boundary, or grows it by zero records.
+                    let f = try SecureFile.open(path, flags: O_RDWR, services: services)
+                    defer { try? f.close() }
+                    for _ in 0..<(operations / 4) {
+                        let records = (Int(try f.size) - Self.logStart) / Self.record
+                        // At most the last 3 records go, so most survive to be checked at the end.
+                        let target = Bool.random(using: &rng) ? Int.random(in: max(0, records - 3)...max(0, records), using: &rng) : records + Int.random(in: 1...3, using: &rng)
+                        try f.truncate(to: Int64(Self.logStart + target * Self.record))
+                        usleep(UInt32.random(in: 0...300, using: &rng))
+                    }
+                }
+            } catch { fail("role \(role): \(error)") }
+        }
+
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        // The file as a fresh open reads it.
+        let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        let all = try f.readAll()
+        try f.close()
+        XCTAssertEqual((all.count - Self.logStart) % Self.record, 0, "the log ends at a record boundary")
+        for (w, versions) in models.withLock({ $0 }) {
+            for (k, v) in versions.enumerated() {
+                let at = w * Self.region + k * Self.chunk
+                let s = Self.stamp(of: all[at..<(at + Self.chunk)])
+                XCTAssertTrue(s.map { $0.writer == (v == 0 ? -1 : w) && $0.version == v } == true, "writer \(w)'s chunk \(k): \(String(describing: s)), expected version \(v)")
+            }
+        }
+        var last = [Int: UInt32]()
+        var valid = 0
+        for r in 0..<((all.count - Self.logStart) / Self.record) {
+            let at = Self.logStart + r * Self.record
+            switch Self.parseRecord(all[at..<(at + Self.record)]) {
+            case .bad(let why): XCTFail("log record \(r): \(why)")
+            case .zeros: break
+            case .valid(let a, let s):
+                valid += 1
+                if let before = last[a] { XCTAssertGreaterThan(s, before, "appender \(a)'s records out of order at record \(r)") }
+                last[a] = s
+            }
+        }
+        XCTAssertGreaterThan(valid, Self.appenders * operations / 2, "most records survive the cuts")
+    }
+}

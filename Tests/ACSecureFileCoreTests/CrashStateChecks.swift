@@ -1,0 +1,93 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACSecureServices
+import ACSecureTestSupport
+@testable import ACSecureFileCore
+
+// The checks of CrashStateEnumeratorTests: one crash state of a secure file (built by
+// Tests/ACSecureTestSupport/CrashStates.swift) opened with the engine.
+
+/// The three properties of issue 24 a crash state can fail.
+enum CrashProperty: String, CaseIterable {
+    /// (a) every byte acknowledged durable (and not changed since) reads back exactly.
+    case durable = "a"
+    /// (b) the file opens and accepts a change.
+    case usable = "b"
+    /// (c) no byte reads as a value it never had.
+    case neverHad = "c"
+}
+
+/// Opens one crash state with the engine and checks it. Returns the properties it fails, with a
+/// line saying why, and whether a chunk holding only unsynced bytes failed to read (allowed).
+func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], at path: String,
+                     services: SecureServices, chunk: Int = 4096) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool) {
+    var failed: [CrashProperty: String] = [:]
+    var unreadableUnsynced = false
+    unlink(path)
+    writeWholeFile(path, bytes)
+    let file: SecureFile
+    do { file = try SecureFile.open(path, flags: O_RDONLY, services: services) } catch {
+        failed[.usable] = "does not open: \(error.message)"
+        if !stable.isEmpty { failed[.durable] = "does not open, synced bytes lost" }
+        return (failed, false)
+    }
+    let size: Int
+    do { size = Int(try file.size) } catch {
+        try? file.close()
+        return ([.usable: "no size: \(error.message)"], false)
+    }
+    if let lost = stable.first(where: { $0.upperBound > size }) {
+        failed[.durable] = "opens at \(size) bytes: synced bytes \(max(lost.lowerBound, size))..<\(lost.upperBound) lost"
+    }
+    var lo = 0
+    while lo < size {
+        let hi = min(size, lo + chunk)
+        let inside = stable.compactMap { r -> Range<Int>? in
+            let c = r.clamped(to: lo..<hi)
+            return c.isEmpty ? nil : c
+        }
+        do {
+            let got = try file.pread(count: hi - lo, at: Int64(lo))
+            if got.count != hi - lo {
+                failed[.neverHad] = failed[.neverHad] ?? "short read at \(lo): \(got.count) of \(hi - lo) inside the length \(size)"
+            } else {
+                for r in inside where Array(got[(r.lowerBound - lo)..<(r.upperBound - lo)]) != Array(epoch.durable[r]) {
+                    failed[.durable] = failed[.durable] ?? "synced bytes in \(r) read otherwise"
+                }
+                if !epoch.models.contains(where: { $0.count >= hi && Array($0[lo..<hi]) == got }) {
+                    for x in lo..<hi where !epoch.models.contains(where: { $0.count > x && $0[x] == got[x - lo] }) {
+                        failed[.neverHad] = failed[.neverHad] ?? "byte \(x) reads \(got[x - lo]), a value it never had (size \(size))"
+                        break
+                    }
+                }
+            }
+        } catch {
+            if !inside.isEmpty {
+                failed[.durable] = failed[.durable] ?? "chunk \(lo / chunk) holding synced bytes \(inside) does not read: \(crashErrorName(error))"
+            } else {
+                unreadableUnsynced = true
+            }
+        }
+        lo = hi
+    }
+    try? file.close()
+    // (b): one byte appended after the crash reads back.
+    do {
+        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
+        _ = try w.pwrite([0xA5], at: Int64(size))
+        try w.close()
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
+        defer { try? r.close() }
+        if try r.pread(count: 1, at: Int64(size)) != [0xA5] || (try r.size) != Int64(size + 1) {
+            failed[.usable] = "a byte appended at \(size) does not read back"
+        }
+    } catch {
+        failed[.usable] = "refuses a change: \(crashErrorName(error))"
+    }
+    return (failed, unreadableUnsynced)
+}
+
+private func crashErrorName(_ error: any Error) -> String {
+    (error as? SecureFileError).map(\.message) ?? "\(error)"
+}
