@@ -101,6 +101,14 @@ public func ACSecureFileRecoveredBytes(_ fd: Int32) -> off_t {
 }
 
 @c @implementation
+public func ACSecureFileSetShared(_ fd: Int32, _ shared: Int32) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.setCoordinated(shared != 0)
+        return 0
+    }
+}
+
+@c @implementation
 public func ACSecureFileAdoptEnd(_ fd: Int32, _ size: off_t) -> Int32 {
     CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
         try file.adoptEnd(vouchedSize: Int64(size))

@@ -49,6 +49,16 @@ SQLITE_EXTENSION_INIT1
 #define ACSQL_INTENT_MS 250
 /* Where the intent's deadline is kept in "<db>-aclock" (after the 8-byte change mark). */
 #define ACSQL_INTENT_DEADLINE_OFFSET 8
+/* WAL across processes (acsqlWALBegin): a process's presence (read-locked while it uses the
+ * database in WAL mode), its transactions in solo mode (read-locked while any runs), and the WAL
+ * mark (a random word each process stores when it starts using the database in WAL mode). */
+#define ACSQL_PRESENCE_BYTE (ACSQL_INTENT_BYTE + 1)
+#define ACSQL_SOLO_BYTE (ACSQL_INTENT_BYTE + 2)
+#define ACSQL_WAL_MARK_OFFSET 16
+/* How long a process starting to use the database in WAL mode waits, per attempt, for another
+ * process's transactions in solo mode to end. Then xShmMap answers SQLITE_BUSY, which SQLite's WAL
+ * code retries with its own backoff (about 100 attempts before SQLITE_PROTOCOL: a minute in all). */
+#define ACSQL_ADMIT_MS 500
 
 /* The engine's plaintext chunk: a write of part of a chunk rewrites (re-encrypts) the whole chunk. */
 #define ACSQL_CHUNK_SIZE 4096
@@ -80,8 +90,17 @@ typedef struct ACSQLInode {
     uint64_t seen;       /* the change mark when fd was last made current */
     struct ACSQLFile *journal;  /* the open rollback journal (of the connection holding RESERVED), or NULL */
     struct ACSQLFile *writer;   /* the connection whose write cache holds chunks of this database, or NULL */
-    int walFD;           /* a coordinated descriptor of the database while this process uses it in WAL mode; -1 */
     int walUsers;        /* connections of this process with the WAL index mapped */
+    /* WAL across processes (acsqlWALBegin), guarded by walLock. */
+    pthread_mutex_t walLock;
+    int walPresenceFD;   /* plain descriptor of "<db>-aclock" holding this process's presence lock; -1 */
+    int walAdmitted;     /* this process has announced itself (acsqlWALAdmit) and uses the index */
+    int walSolo;         /* no other process uses the database in WAL mode: default mode and caches */
+    unsigned int walModeGen;  /* bumped at each switch or refresh: "-wal" handles apply it at their next call */
+    uint64_t walMark;    /* the WAL mark when this process last looked */
+    int walTokens;       /* connections in a transaction begun in solo mode (the solo byte is read-locked) */
+    int walActive;       /* connections in a transaction (holding WAL-index locks) */
+    struct ACSQLFile *walCacheOwner;  /* the "-wal" handle whose write cache holds frames, or NULL */
     struct ACSQLInode *next;
 } ACSQLInode;
 
@@ -147,6 +166,13 @@ typedef struct ACSQLFile {
     int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */
     int isWAL;           /* a "-wal" file: SQLite's offsets are mapped to slots (acsqlWALPhysical) */
     int walPageSize;     /* its page size, from its header (0 until known) */
+    ACSQLInode *walOf;   /* a "-wal" file's database (a reference), NULL if it was not open */
+    unsigned int walModeSeen;  /* the walOf->walModeGen this handle last applied */
+    sqlite3_int64 walCommitEnd; /* the end (SQLite's offset) of a commit frame being written, else -1 */
+    int walAfterCommit;  /* a commit's frames were just written: partial writes go through (acsqlWALCachePut) */
+    int shmHeld;         /* a database connection's WAL-index locks (bit i: lock i) */
+    int walInTransaction; /* counted in walActive */
+    int walToken;        /* counted in walTokens */
     ACSQLInode *journalOf;
     unsigned char *pending;
     sqlite3_int64 pendingOffset;
@@ -158,6 +184,7 @@ typedef struct ACSQLFile {
 
 static int acsqlFlushAll(ACSQLFile *f);
 static void acsqlCacheClear(ACSQLFile *f);
+static int acsqlWALExtend(ACSQLFile *f, sqlite3_int64 physicalEnd);
 
 static int acsqlFD(ACSQLFile *f) { return f->inode ? __atomic_load_n(&f->inode->fd, __ATOMIC_ACQUIRE) : f->fd; }
 
@@ -262,7 +289,10 @@ static int acsqlRefresh(ACSQLFile *f) {
     ACSQLInode *node = f->inode;
     int rc = SQLITE_OK;
     pthread_mutex_lock(&acsqlInodesMutex);
-    if (mark != node->seen || node->fd < 0) {
+    /* Not while connections of this process use the database in WAL mode: they read through the
+     * descriptor at any moment, and acsqlWALBegin keeps its state current (the mark stays unseen:
+     * the reopen happens once WAL mode is over). */
+    if ((mark != node->seen || node->fd < 0) && node->walUsers == 0) {
         /* Close first: while any descriptor is open the engine keeps the old state. */
         if (node->fd >= 0) ACSecureFileClose(node->fd);
         int fd = ACSecureFileOpenWithOptions(node->path, node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC), 0, node->options);
@@ -619,6 +649,7 @@ static void acsqlCacheClear(ACSQLFile *f) {
     c->end = 0;
     pthread_mutex_lock(&acsqlInodesMutex);
     if (f->inode != NULL && f->inode->writer == f) f->inode->writer = NULL;
+    if (f->walOf != NULL && f->walOf->walCacheOwner == f) f->walOf->walCacheOwner = NULL;
     pthread_mutex_unlock(&acsqlInodesMutex);
 }
 
@@ -643,6 +674,8 @@ static int acsqlCacheFlush(ACSQLFile *f) {
     ACSQLWriteCache *c = &f->cache;
     if (c->count == 0) return SQLITE_OK;
     int rc = acsqlFlushJournalOf(f);  /* the database is never ahead of its journal */
+    /* A "-wal" file grows by whole slots before its frames are written (acsqlWALWrite). */
+    if (rc == SQLITE_OK && f->isWAL) rc = acsqlWALExtend(f, c->end);
     if (rc != SQLITE_OK) return rc;
     for (int slot = 0; slot < c->count; slot++) {
         c->order[2 * slot] = c->chunkOf[slot];
@@ -678,9 +711,10 @@ static int acsqlCacheWrite(ACSQLFile *f, const unsigned char *buf, int amount, s
                 int rc = acsqlCacheFlush(f);
                 if (rc != SQLITE_OK) return rc;
             }
-            if (c->count == 0 && f->inode != NULL) {
+            if (c->count == 0 && (f->inode != NULL || f->walOf != NULL)) {
                 pthread_mutex_lock(&acsqlInodesMutex);
-                f->inode->writer = f;
+                if (f->inode != NULL) f->inode->writer = f;
+                else f->walOf->walCacheOwner = f;
                 pthread_mutex_unlock(&acsqlInodesMutex);
             }
             slot = c->count++;
@@ -713,6 +747,26 @@ static int acsqlFlushAll(ACSQLFile *f) {
 
 static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex);
 
+/* A connection (or a "-wal" handle) stops using a database's node: the last one frees it and
+ * returns the database's descriptor for the caller to close (else -1). */
+static int acsqlReleaseInode(ACSQLInode *node) {
+    int fd = -1;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    if (--node->refs == 0) {
+        ACSQLInode **p;
+        for (p = &acsqlInodes; *p != node; p = &(*p)->next) {}
+        *p = node->next;
+        if (node->journal != NULL) node->journal->journalOf = NULL;
+        if (node->walPresenceFD >= 0) close(node->walPresenceFD);
+        pthread_mutex_destroy(&node->walLock);
+        fd = node->fd;
+        sqlite3_free(node->path);
+        sqlite3_free(node);
+    }
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return fd;
+}
+
 static int acsqlClose(sqlite3_file *file) {
     ACSQLFile *f = (ACSQLFile *)file;
     acsqlShmUnmap(file, 0);  /* SQLite unmaps first; this only covers a connection it did not */
@@ -729,7 +783,8 @@ static int acsqlClose(sqlite3_file *file) {
     sqlite3_free(f->pending);
     f->pending = NULL;
     if (f->cache.capacity > 0) {
-        /* A temporary file is deleted at close: its cached chunks are only wiped. */
+        /* A temporary file is deleted at close: its cached chunks are only wiped. So are a "-wal"
+         * file's: frames of a transaction that did not commit (a commit writes its frames). */
         int frc = f->inode != NULL ? acsqlCacheFlush(f) : SQLITE_OK;
         if (frc != SQLITE_OK) {
             sqlite3_log(frc, "acsecure: close %s: its last cached pages could not be written", f->path);
@@ -742,18 +797,21 @@ static int acsqlClose(sqlite3_file *file) {
         f->lockFD = -1;
     }
     if (f->inode != NULL) {
-        ACSQLInode *node = f->inode, **p;
+        int fd = acsqlReleaseInode(f->inode);
         f->inode = NULL;
-        pthread_mutex_lock(&acsqlInodesMutex);
-        if (--node->refs == 0) {
-            for (p = &acsqlInodes; *p != node; p = &(*p)->next) {}
-            *p = node->next;
-            if (node->journal != NULL) node->journal->journalOf = NULL;
-            f->fd = node->fd;  /* closed below */
-            sqlite3_free(node->path);
-            sqlite3_free(node);
+        if (fd >= 0) f->fd = fd;  /* closed below */
+    }
+    if (f->walOf != NULL) {
+        /* After this handle's descriptor: the database's may be the last of the node's. */
+        int fd = f->fd;
+        f->fd = -1;
+        if (fd >= 0 && ACSecureFileClose(fd) != 0) {
+            f->lastErrno = errno;
+            rc = SQLITE_IOERR_CLOSE;
         }
-        pthread_mutex_unlock(&acsqlInodesMutex);
+        fd = acsqlReleaseInode(f->walOf);
+        f->walOf = NULL;
+        if (fd >= 0) ACSecureFileClose(fd);
     }
     if (f->fd >= 0) {
         if (ACSecureFileClose(f->fd) != 0) {
@@ -919,6 +977,47 @@ static void acsqlWALLearnPageSize(ACSQLFile *f) {
     if (ACSecureFilePread(acsqlFD(f), header, sizeof header, 0) == (ssize_t)sizeof header) f->walPageSize = acsqlWALHeaderPageSize(header);
 }
 
+/* The "-wal" file's length grown to `physicalEnd` rounded up to whole slots (never shrunk): a write
+ * there then rewrites no chunk of an earlier frame. */
+static int acsqlWALExtend(ACSQLFile *f, sqlite3_int64 physicalEnd) {
+    if (physicalEnd > ACSQL_CHUNK_SIZE && f->walPageSize != 0) {
+        sqlite3_int64 slot = acsqlWALSlotSize(f);
+        physicalEnd = ACSQL_CHUNK_SIZE + (physicalEnd - ACSQL_CHUNK_SIZE + slot - 1) / slot * slot;
+    }
+    off_t now = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
+    if (now < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+    if (physicalEnd <= now || ACSecureFtruncate(acsqlFD(f), (off_t)physicalEnd) == 0) return SQLITE_OK;
+    int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+    f->lastErrno = e;
+    sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: cannot extend the WAL to %lld: %s (ACE %d)", f->path, (long long)physicalEnd, strerror(e), ace);
+    if (e == ENOSPC || e == EDQUOT) return SQLITE_FULL;
+    return e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR ? SQLITE_IOERR_DATA : SQLITE_IOERR_WRITE;
+}
+
+/* Before a "-wal" handle's call into the engine: the mode its database's WAL state is in (solo:
+ * the engine's default mode; otherwise coordinated), applied if it changed since this handle's
+ * last call (acsqlWALBegin). The engine keeps one state per file and process, so the first handle
+ * to apply a change switches it for all; applying it again only rereads the file. Under walLock,
+ * so switches are applied in their order. */
+static void acsqlWALFileMode(ACSQLFile *f) {
+    ACSQLInode *node = f->walOf;
+    if (node == NULL || __atomic_load_n(&node->walModeGen, __ATOMIC_ACQUIRE) == f->walModeSeen) return;
+    pthread_mutex_lock(&node->walLock);
+    int solo = node->walAdmitted && node->walSolo;
+    if (ACSecureFileSetShared(f->fd, !solo) != 0) {
+        /* Rereading failed (it is reported by the call that follows): coordinated is always safe. */
+        sqlite3_log(SQLITE_WARNING, "acsecure: %s: cannot take up the WAL file's state: %s", f->path, strerror(errno));
+        (void)ACSecureFileSetShared(f->fd, 1);
+    }
+    f->walModeSeen = node->walModeGen;
+    pthread_mutex_unlock(&node->walLock);
+}
+
+/* A read of SQLite's bytes at the file's offset `at`: from the write cache where it holds them. */
+static int acsqlWALReadPhysical(ACSQLFile *f, unsigned char *buf, int n, sqlite3_int64 at) {
+    return f->cache.count > 0 ? acsqlCacheRead(f, buf, n, at) : acsqlReadFile(f, buf, n, at);
+}
+
 static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_int64 offset) {
     int rc = SQLITE_OK;
     if (offset + amount > ACSQL_WAL_HEADER) acsqlWALLearnPageSize(f);
@@ -930,7 +1029,7 @@ static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_in
             memset(buf, 0, (size_t)amount);  /* no valid header: no frames */
             return SQLITE_IOERR_SHORT_READ;
         }
-        int frc = acsqlReadFile(f, buf, n, at);
+        int frc = acsqlWALReadPhysical(f, buf, n, at);
         if (frc == SQLITE_IOERR_SHORT_READ) rc = frc;
         else if (frc != SQLITE_OK) return frc;
         buf += n;
@@ -938,6 +1037,74 @@ static int acsqlWALRead(ACSQLFile *f, unsigned char *buf, int amount, sqlite3_in
         amount -= n;
     }
     return rc;
+}
+
+/*
+ * The "-wal" file's write cache: a transaction's frames are collected before they are sealed.
+ * SQLite overwrites a frame of the transaction under way in place each time its page cache spills
+ * the page again (speedtest1 --size 200 spills the same pages many times per transaction); for a
+ * plain WAL that is a copy into the kernel's page cache, here it would be two chunk encryptions
+ * and a pwrite. So the connection's "-wal" handle keeps the chunks of the frames it writes in its
+ * write cache (ACSQLWriteCache, the database's size: ACSECURE_WRITE_CACHE_MIB) and writes them,
+ * in order and contiguous chunks in one call, after growing the file to whole slots:
+ *   - as soon as the page of a commit frame (a frame header naming the database's size) is in
+ *     the cache, so every frame of a transaction SQLite reports committed is in the file before
+ *     SQLite publishes it in the WAL index (and an error fails the commit);
+ *   - at xSync, xTruncate, a write over the WAL header, and when the cache is full;
+ *   - at the database connection's xShmBarrier while it holds the WAL write lock (SQLite calls it
+ *     when it publishes a commit: a safety net, normally empty by then).
+ * Only the connection holding SQLite's WAL write lock writes the "-wal" file, and no connection
+ * reads a frame before the commit that contains it is published, so nobody else needs the frames
+ * held back. The connection's own reads take its cached chunks. When the write lock is released
+ * the cache is wiped (frames of a transaction that did not commit, which a later writer
+ * overwrites). A write into part of a chunk the cache does not hold is cached as a chunk of zeros
+ * with those bytes if the chunk lies past the file's end or holds only a frame header (pages of
+ * 4 KiB and more: the rest of that chunk is zeros by the layout), else as the chunk read from the
+ * file with those bytes; but right after a commit's frames were written (until the next whole
+ * chunk or WAL header is written) it goes to the file at once: SQLite then rewrites the checksums
+ * in the headers of that transaction's frames, which must be in the file, with any error
+ * reported, before it publishes the commit. Durability is SQLite's: a frame is in the file when
+ * its commit returns.
+ */
+static int acsqlWALCachePut(ACSQLFile *f, const unsigned char *buf, int n, sqlite3_int64 at) {
+    ACSQLWriteCache *c = &f->cache;
+    for (int done = 0; done < n;) {
+        sqlite3_int64 pos = at + done, chunk = pos / ACSQL_CHUNK_SIZE;
+        int within = (int)(pos % ACSQL_CHUNK_SIZE);
+        int span = ACSQL_CHUNK_SIZE - within < n - done ? ACSQL_CHUNK_SIZE - within : n - done;
+        int rc = SQLITE_OK;
+        if (span == ACSQL_CHUNK_SIZE) {
+            f->walAfterCommit = 0;
+            rc = acsqlCacheWrite(f, buf + done, ACSQL_CHUNK_SIZE, pos);
+        } else {
+            int slot = acsqlCacheFind(c, chunk);
+            if (slot >= 0) {
+                memcpy(acsqlCacheSlot(c, slot) + within, buf + done, (size_t)span);
+            } else {
+                off_t fileEnd = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
+                if (fileEnd < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+                int inFile = chunk * ACSQL_CHUNK_SIZE < fileEnd;
+                /* A frame header alone in its chunk: pages of 4 KiB and more end on a chunk boundary. */
+                int headerChunk = within == 0 && span == ACSQL_WAL_FRAME_HEADER && f->walPageSize >= ACSQL_CHUNK_SIZE;
+                if (inFile && f->walAfterCommit) {
+                    rc = acsqlPwriteAll(f, buf + done, (size_t)span, pos);
+                } else {
+                    unsigned char whole[ACSQL_CHUNK_SIZE];
+                    memset(whole, 0, sizeof whole);
+                    if (inFile && !headerChunk) {
+                        rc = acsqlReadFile(f, whole, ACSQL_CHUNK_SIZE, chunk * ACSQL_CHUNK_SIZE);
+                        if (rc == SQLITE_IOERR_SHORT_READ) rc = SQLITE_OK;  /* zero-filled */
+                    }
+                    memcpy(whole + within, buf + done, (size_t)span);
+                    if (rc == SQLITE_OK) rc = acsqlCacheWrite(f, whole, ACSQL_CHUNK_SIZE, chunk * ACSQL_CHUNK_SIZE);
+                    explicit_bzero(whole, sizeof whole);
+                }
+            }
+        }
+        if (rc != SQLITE_OK) return rc;
+        done += span;
+    }
+    return SQLITE_OK;
 }
 
 static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sqlite3_int64 offset) {
@@ -950,33 +1117,55 @@ static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sql
         sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: a WAL frame written before a WAL header that names a page size", f->path);
         return SQLITE_IOERR_WRITE;
     }
-    /* Grow to whole slots first: the write then rewrites no chunk of an earlier frame. */
-    off_t now = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
-    if (now < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
-    sqlite3_int64 end = acsqlWALPhysicalSize(f, offset + amount);
-    if (end > now && ACSecureFtruncate(acsqlFD(f), (off_t)end) != 0) {
-        int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
-        f->lastErrno = e;
-        sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: %s: cannot extend the WAL to %lld: %s (ACE %d)", f->path, (long long)end, strerror(e), ace);
-        if (e == ENOSPC || e == EDQUOT) return SQLITE_FULL;
-        return e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR ? SQLITE_IOERR_DATA : SQLITE_IOERR_WRITE;
+    int rc = SQLITE_OK;
+    if (offset < ACSQL_WAL_HEADER) {
+        /* A new WAL header (a restart): whatever is cached goes first. */
+        f->walCommitEnd = -1;
+        f->walAfterCommit = 0;
+        if ((rc = acsqlCacheFlush(f)) != SQLITE_OK) return rc;
     }
-    while (amount > 0) {
-        sqlite3_int64 contiguous;
-        sqlite3_int64 at = acsqlWALPhysical(f, offset, &contiguous);
-        int n = contiguous < amount ? (int)contiguous : amount;
-        int rc = acsqlPwriteAll(f, buf, (size_t)n, at);
+    sqlite3_int64 frame = (sqlite3_int64)f->walPageSize + ACSQL_WAL_FRAME_HEADER;
+    if (offset >= ACSQL_WAL_HEADER && (offset - ACSQL_WAL_HEADER) % frame == 0 && amount >= ACSQL_WAL_FRAME_HEADER) {
+        /* A frame header: bytes 4..7 are the database's size after a commit, 0 in other frames. */
+        uint32_t commitSize = (uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 | buf[7];
+        if (commitSize != 0) f->walCommitEnd = offset + frame;
+    }
+    if (f->cache.capacity == 0) {
+        /* Grow to whole slots first: the write then rewrites no chunk of an earlier frame. */
+        rc = acsqlWALExtend(f, acsqlWALPhysicalSize(f, offset + amount));
         if (rc != SQLITE_OK) return rc;
-        buf += n;
-        offset += n;
-        amount -= n;
     }
-    return SQLITE_OK;
+    if (f->cache.capacity > 0 && f->cache.memory == NULL && acsqlCacheAllocate(&f->cache) != SQLITE_OK) {
+        sqlite3_log(SQLITE_NOMEM, "acsecure: %s: no memory for a write cache: frames are written at once", f->path);
+        f->cache.capacity = 0;
+        rc = acsqlWALExtend(f, acsqlWALPhysicalSize(f, offset + amount));
+        if (rc != SQLITE_OK) return rc;
+    }
+    for (sqlite3_int64 at0 = offset, left = amount; left > 0;) {
+        sqlite3_int64 contiguous;
+        sqlite3_int64 at = acsqlWALPhysical(f, at0, &contiguous);
+        int n = contiguous < left ? (int)contiguous : (int)left;
+        const unsigned char *from = buf + (at0 - offset);
+        rc = f->cache.capacity > 0 ? acsqlWALCachePut(f, from, n, at) : acsqlPwriteAll(f, from, (size_t)n, at);
+        if (rc != SQLITE_OK) return rc;
+        at0 += n;
+        left -= n;
+    }
+    if (f->walCommitEnd >= 0 && offset + amount >= f->walCommitEnd) {
+        /* The commit frame is complete: the transaction's frames go to the file now. */
+        f->walCommitEnd = -1;
+        rc = acsqlCacheFlush(f);
+        f->walAfterCommit = 1;
+    }
+    return rc;
 }
 
 static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
-    if (f->isWAL) return acsqlWALRead(f, buf, amount, offset);
+    if (f->isWAL) {
+        acsqlWALFileMode(f);
+        return acsqlWALRead(f, buf, amount, offset);
+    }
     int frc = acsqlFlushPending(f);
     if (frc != SQLITE_OK) return frc;
     if (f->cache.count > 0) return acsqlCacheRead(f, buf, amount, offset);
@@ -985,7 +1174,10 @@ static int acsqlRead(sqlite3_file *file, void *buf, int amount, sqlite3_int64 of
 
 static int acsqlWrite(sqlite3_file *file, const void *buf, int amount, sqlite3_int64 offset) {
     ACSQLFile *f = (ACSQLFile *)file;
-    if (f->isWAL) return acsqlWALWrite(f, buf, amount, offset);
+    if (f->isWAL) {
+        acsqlWALFileMode(f);
+        return acsqlWALWrite(f, buf, amount, offset);
+    }
     int rc = acsqlWriteMark(f);
     if (rc != SQLITE_OK) return rc;
     if (f->cache.capacity > 0 && amount > 0 && offset % ACSQL_CHUNK_SIZE == 0 && amount % ACSQL_CHUNK_SIZE == 0) {
@@ -1022,7 +1214,11 @@ static sqlite3_int64 acsqlRoundedLength(ACSQLFile *f, sqlite3_int64 size) {
 
 static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
     ACSQLFile *f = (ACSQLFile *)file;
-    if (f->isWAL) acsqlWALLearnPageSize(f);
+    if (f->isWAL) {
+        acsqlWALFileMode(f);
+        acsqlWALLearnPageSize(f);
+        f->walCommitEnd = -1;
+    }
     size = f->isWAL ? acsqlWALPhysicalSize(f, size) : acsqlRoundedLength(f, size);
     int rc = acsqlWriteMark(f);
     if (rc == SQLITE_OK) rc = acsqlFlushDatabaseOf(f);  /* a journal cut to 0 is no longer hot (TRUNCATE mode) */
@@ -1042,6 +1238,7 @@ static int acsqlTruncate(sqlite3_file *file, sqlite3_int64 size) {
 
 static int acsqlSync(sqlite3_file *file, int flags) {
     ACSQLFile *f = (ACSQLFile *)file;
+    if (f->isWAL) acsqlWALFileMode(f);
     int frc = acsqlFlushPending(f);
     if (frc == SQLITE_OK) frc = acsqlFlushAll(f);
     if (frc != SQLITE_OK) return frc;
@@ -1064,6 +1261,7 @@ static int acsqlSync(sqlite3_file *file, int flags) {
 
 static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
     ACSQLFile *f = (ACSQLFile *)file;
+    if (f->isWAL) acsqlWALFileMode(f);
     int frc = acsqlFlushPending(f);
     if (frc != SQLITE_OK) return frc;
     /* The engine's length, without the fstat(2) ACSecureFstat makes for the other fields (the
@@ -1073,9 +1271,11 @@ static int acsqlFileSize(sqlite3_file *file, sqlite3_int64 *size) {
         f->lastErrno = errno;
         return SQLITE_IOERR_FSTAT;
     }
+    /* Cached chunks past the file's end count (in a "-wal" file: the frames they hold). */
+    sqlite3_int64 physical = (sqlite3_int64)length;
+    if (f->cache.count > 0 && f->cache.end > physical) physical = f->cache.end;
     if (f->isWAL) acsqlWALLearnPageSize(f);
-    *size = f->isWAL ? acsqlWALLogicalSize(f, (sqlite3_int64)length) : (sqlite3_int64)length;
-    if (f->cache.count > 0 && f->cache.end > *size) *size = f->cache.end;
+    *size = f->isWAL ? acsqlWALLogicalSize(f, physical) : physical;
     return SQLITE_OK;
 }
 
@@ -1198,45 +1398,209 @@ static int acsqlDeviceCharacteristics(sqlite3_file *file) {
  * connection owns its locks), a "dead man switch" lock that resets a stale index when the first
  * connection maps it, and the file removed when the last connection closes it.
  *
- * Several processes: the engine keeps one state per file and process (length, last chunk, read
- * cache), and in WAL mode a reader of one process reads what a writer or a checkpointer of another
- * changes while it reads, with no SQLite lock that would tell the VFS to reread (the change mark of
- * the rollback modes). So in WAL mode the engine's coordinated mode (ACSECURE_OPEN_SHARED: each call
- * locks the file and takes up what another process changed) covers both files: the "-wal" file is
- * opened in it, and the first connection of a process that maps the index opens a coordinated
- * descriptor of the database, which makes the process's state of the database coordinated until
- * its last connection unmaps the index. Connections of one process share that state.
+ * Several processes. The engine keeps one state per file and process (length, end, cached
+ * chunks, read cache). In WAL mode a reader of one process reads while a writer or checkpointer of
+ * another changes the files, and no SQLite lock tells the VFS to reread (the rollback modes' change
+ * mark). The engine's coordinated mode (ACSECURE_OPEN_SHARED: each call takes a record lock and
+ * takes up what others changed) makes that safe, but costs a lock and a length check per call and
+ * turns the read cache off. It is needed only while another process uses the database, so each
+ * process switches its state of the database and of its "-wal" file (ACSecureFileSetShared)
+ * between coordinated and solo (the default mode, with the read cache) by what it sees at the
+ * start of each transaction:
+ *   - presence: a process that uses the database in WAL mode holds a read lock on the presence
+ *     byte of "<db>-aclock" (through one descriptor per process: acsqlWALAdmit), from before its
+ *     first file access in WAL mode until its last connection unmaps the index (or it dies);
+ *   - solo transactions: every transaction (a connection's first WAL-index lock until it holds
+ *     none: SQLite takes one before it reads or writes either file, and keeps one until it is
+ *     done) begun in solo mode holds a read lock on the solo byte (one per process, while any);
+ *   - the WAL mark (bytes 16..23 of "<db>-aclock"): a process stores a new random one when it
+ *     starts using the database in WAL mode.
+ * A process that starts (acsqlWALAdmit) first takes its presence lock, then waits until no other
+ * process holds the solo byte, then stores a new mark, and only then touches the files: in
+ * coordinated mode if another process is present, else in solo mode (its state reread first).
+ * A transaction (acsqlWALBegin) first takes the solo byte, then looks for other processes'
+ * presence locks and at the mark. Both sides lock first and look second (the kernel orders the
+ * lock operations on one file), so either the newcomer sees the solo byte held and waits for that
+ * transaction to end, or the transaction sees the newcomer and turns coordinated before it touches
+ * the files; no file access of a process in solo mode overlaps one of another process. A process
+ * that came, changed the files and left while this one was idle changed the mark: the next
+ * transaction then rereads both files (ACSecureFileSetShared(fd, 0)) and stays solo. A process
+ * that found another one turns coordinated at once (a transaction it has under way is then
+ * coordinated from its next call; the newcomer waits for it anyway), and back to solo at the start
+ * of a transaction when no other process is present and no other connection of its own is in a
+ * transaction (so every transaction running in solo mode holds the solo byte), rereading both files
+ * then. The "-wal" state is switched by the next call of any of the process's "-wal" handles
+ * (acsqlWALFileMode), always inside a transaction. A process that dies releases its locks.
+ * What is outside transactions: SQLite reads 32 bytes of the WAL header when it opens the "-wal"
+ * file (a torn read there only leaves the page size unknown), and a connection closing the
+ * database in WAL mode checkpoints without WAL-index locks, but holding the database's EXCLUSIVE
+ * lock, which no process can hold while another uses the database in WAL mode (each of its
+ * connections keeps SHARED). A process that cannot write "<db>-aclock" stores no mark (it changes
+ * neither file) and otherwise works the same.
  */
 
-/* A connection stops using the WAL index: the process's last one closes its coordinated descriptor. */
-static void acsqlReleaseWALUse(ACSQLInode *node) {
-    pthread_mutex_lock(&acsqlInodesMutex);
-    if (--node->walUsers == 0 && node->walFD >= 0) {
-        ACSecureFileClose(node->walFD);
-        node->walFD = -1;
+/* This process's presence descriptor's lock at `byte` held by another process (OFD locks: one
+ * description per process and database). */
+static int acsqlWALOthers(ACSQLInode *node, off_t byte, int *held) {
+    *held = 1;  /* unknown counts as present: coordinated is always safe */
+    return acsqlLockHeldElsewhere(node->walPresenceFD, byte, 1, held);
+}
+
+/* Switches the database's state (under walLock); the "-wal" state follows at its next call. A
+ * failure to go solo leaves it coordinated (its next call reports what failed). */
+static void acsqlWALSetMode(ACSQLInode *node, int solo) {
+    int fd = __atomic_load_n(&node->fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0 && ACSecureFileSetShared(fd, !solo) != 0) {
+        sqlite3_log(SQLITE_WARNING, "acsecure: %s: cannot take up the database's state: %s", node->path, strerror(errno));
+        (void)ACSecureFileSetShared(fd, 1);
+        solo = 0;
     }
+    node->walSolo = solo;
+    __atomic_store_n(&node->walModeGen, node->walModeGen + 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t acsqlWALReadMark(ACSQLInode *node) {
+    uint64_t mark = 0;
+    if (acsqlReadLockWord(node->walPresenceFD, ACSQL_WAL_MARK_OFFSET, &mark) < 0) mark = 0;
+    return mark;
+}
+
+/* This process starts using the database in WAL mode (its first connection that maps the index):
+ * presence, wait for other processes' solo transactions, a new mark, then the mode. Under walLock. */
+static int acsqlWALAdmit(ACSQLFile *f) {
+    ACSQLInode *node = f->inode;
+    int writable = 1;
+    if (node->walPresenceFD < 0) {
+        char *lockPath = sqlite3_mprintf("%s%s", node->path, ACSQL_LOCK_SUFFIX);
+        if (lockPath == NULL) return SQLITE_NOMEM;
+        int fd = open(lockPath, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) { writable = 0; fd = open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); }
+        sqlite3_free(lockPath);
+        if (fd < 0) { f->lastErrno = errno; return SQLITE_IOERR_SHMOPEN; }
+        if (acsqlSetLock(fd, F_RDLCK, ACSQL_PRESENCE_BYTE, 1) != 0) {
+            f->lastErrno = errno;
+            close(fd);
+            return SQLITE_IOERR_LOCK;
+        }
+        node->walPresenceFD = fd;
+    } else {
+        writable = (fcntl(node->walPresenceFD, F_GETFL) & O_ACCMODE) == O_RDWR;
+    }
+    /* Presence first, then the solo byte (see above). Held, the other process is inside a solo
+     * transaction and turns coordinated at its next one: wait for the one under way. */
+    int64_t deadline = acsqlNowMilliseconds() + ACSQL_ADMIT_MS;
+    for (;;) {
+        int held;
+        if (acsqlWALOthers(node, ACSQL_SOLO_BYTE, &held) != 0) { f->lastErrno = errno; return SQLITE_IOERR_LOCK; }
+        if (!held) break;
+        if (acsqlNowMilliseconds() >= deadline) {
+            /* The presence lock stays: SQLite retries (WAL_RETRY), the other process stays coordinated. */
+            sqlite3_log(SQLITE_BUSY, "acsecure: %s: another process's transaction keeps the WAL busy", node->path);
+            return SQLITE_BUSY;
+        }
+        usleep(500);
+    }
+    uint64_t mark = acsqlWALReadMark(node);
+    if (writable) {
+        uint64_t fresh = 0;
+        while (fresh == 0 || fresh == mark) sqlite3_randomness((int)sizeof fresh, &fresh);
+        if (acsqlWriteLockWord(node->walPresenceFD, ACSQL_WAL_MARK_OFFSET, fresh) == 8) mark = fresh;
+        else writable = 0;
+    }
+    int others;
+    if (acsqlWALOthers(node, ACSQL_PRESENCE_BYTE, &others) != 0) others = 1;
+    /* A process that could not store its mark changes nothing; one that could not and writes
+     * anyway (an unexpected write error on the lock file) is coordinated. */
+    node->walMark = mark;
+    node->walAdmitted = 1;
+    acsqlWALSetMode(node, !others && writable);
+    return SQLITE_OK;
+}
+
+/* A connection's first WAL-index lock of a transaction (see above). */
+static int acsqlWALBegin(ACSQLFile *f) {
+    ACSQLInode *node = f->inode;
+    if (node == NULL || f->walInTransaction) return SQLITE_OK;
+    pthread_mutex_lock(&node->walLock);
+    f->walInTransaction = 1;
+    node->walActive++;
+    if (node->walAdmitted && (node->walSolo || node->walActive == 1)) {
+        /* The solo byte first (this process's one read lock on it while any such transaction runs). */
+        int token = node->walTokens > 0 || acsqlSetLock(node->walPresenceFD, F_RDLCK, ACSQL_SOLO_BYTE, 1) == 0;
+        int others = 1;
+        if (token) {
+            node->walTokens++;
+            f->walToken = 1;
+            if (acsqlWALOthers(node, ACSQL_PRESENCE_BYTE, &others) != 0) others = 1;
+        }
+        if (others) {
+            if (node->walSolo) acsqlWALSetMode(node, 0);
+        } else {
+            uint64_t mark = acsqlWALReadMark(node);
+            if (!node->walSolo || mark != node->walMark) {
+                /* Back to solo, or another process came and went: reread both files. */
+                node->walMark = mark;
+                acsqlWALSetMode(node, 1);
+            }
+        }
+        if (!node->walSolo && f->walToken) {
+            f->walToken = 0;
+            if (--node->walTokens == 0) (void)acsqlSetLock(node->walPresenceFD, F_UNLCK, ACSQL_SOLO_BYTE, 1);
+        }
+    }
+    pthread_mutex_unlock(&node->walLock);
+    return SQLITE_OK;
+}
+
+/* The connection holds no WAL-index lock any more: its transaction is over. */
+static void acsqlWALEnd(ACSQLFile *f) {
+    ACSQLInode *node = f->inode;
+    if (node == NULL || !f->walInTransaction) return;
+    pthread_mutex_lock(&node->walLock);
+    f->walInTransaction = 0;
+    node->walActive--;
+    if (f->walToken) {
+        f->walToken = 0;
+        if (--node->walTokens == 0) (void)acsqlSetLock(node->walPresenceFD, F_UNLCK, ACSQL_SOLO_BYTE, 1);
+    }
+    pthread_mutex_unlock(&node->walLock);
+}
+
+/* A connection stops using the WAL index: after the process's last one, it is no longer present
+ * (its states stay as they are: coordinated is always safe, and a solo state is current). */
+static void acsqlReleaseWALUse(ACSQLFile *f) {
+    ACSQLInode *node = f->inode;
+    acsqlWALEnd(f);
+    pthread_mutex_lock(&node->walLock);
+    pthread_mutex_lock(&acsqlInodesMutex);
+    int last = --node->walUsers == 0;
     pthread_mutex_unlock(&acsqlInodesMutex);
+    if (last && node->walAdmitted) {
+        node->walAdmitted = 0;
+        node->walSolo = 0;
+        __atomic_store_n(&node->walModeGen, node->walModeGen + 1, __ATOMIC_RELEASE);
+        if (node->walPresenceFD >= 0) close(node->walPresenceFD);  /* releases presence and solo */
+        node->walPresenceFD = -1;
+        node->walTokens = 0;
+    }
+    pthread_mutex_unlock(&node->walLock);
 }
 
 static int acsqlShmOpen(ACSQLFile *f) {
     ACSQLInode *node = f->inode;
     if (node == NULL || f->path == NULL) return SQLITE_IOERR_SHMOPEN;
-    /* The database's state turns coordinated while this process uses it in WAL mode (above). */
     int rc = SQLITE_OK;
+    pthread_mutex_lock(&node->walLock);
+    /* Counted first: from now on acsqlRefresh leaves the database's descriptor alone. */
     pthread_mutex_lock(&acsqlInodesMutex);
-    if (node->walUsers == 0) {
-        int fd = ACSecureFileOpenWithOptions(node->path, (node->oflag & ~(O_CREAT | O_EXCL | O_TRUNC)), 0, ACSECURE_OPEN_SHARED);
-        if (fd < 0) {
-            f->lastErrno = errno;
-            sqlite3_log(SQLITE_IOERR_SHMOPEN, "acsecure: %s: cannot open it in coordinated mode for WAL: %s", node->path, strerror(errno));
-            rc = SQLITE_IOERR_SHMOPEN;
-        } else {
-            node->walFD = fd;
-        }
-    }
-    if (rc == SQLITE_OK) node->walUsers++;
+    node->walUsers++;
     pthread_mutex_unlock(&acsqlInodesMutex);
-    if (rc != SQLITE_OK) return rc;
+    if (!node->walAdmitted) rc = acsqlWALAdmit(f);
+    pthread_mutex_unlock(&node->walLock);
+    if (rc != SQLITE_OK) {
+        acsqlReleaseWALUse(f);
+        return rc;
+    }
 
     char *shmPath = sqlite3_mprintf("%s%s", f->path, ACSQL_SHM_SUFFIX);
     if (shmPath == NULL) rc = SQLITE_NOMEM;
@@ -1263,7 +1627,7 @@ static int acsqlShmOpen(ACSQLFile *f) {
         sqlite3_log(rc, "acsecure: cannot open the WAL index %s: %s", shmPath ? shmPath : f->path, strerror(f->lastErrno));
         if (fd >= 0) close(fd);
         sqlite3_free(shmPath);
-        acsqlReleaseWALUse(node);
+        acsqlReleaseWALUse(f);
         return rc;
     }
     sqlite3_free(shmPath);
@@ -1310,16 +1674,44 @@ static int acsqlShmMap(sqlite3_file *file, int region, int size, int extend, voi
     return SQLITE_OK;
 }
 
+/* The "-wal" handle whose write cache holds frames, if this connection holds the WAL write lock
+ * (only that connection writes the "-wal" file: the handle is its own). */
+static ACSQLFile *acsqlWALCacheOfWriter(ACSQLFile *f) {
+    if (f->inode == NULL || !(f->shmHeld & 1)) return NULL;  /* lock 0: SQLite's WAL_WRITE_LOCK */
+    pthread_mutex_lock(&acsqlInodesMutex);
+    ACSQLFile *wal = f->inode->walCacheOwner;
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return wal;
+}
+
 static int acsqlShmLock(sqlite3_file *file, int offset, int n, int flags) {
     ACSQLFile *f = (ACSQLFile *)file;
     if (f->shmFD < 0) return SQLITE_IOERR_SHMLOCK;
-    short type = (flags & SQLITE_SHM_UNLOCK) ? F_UNLCK : (flags & SQLITE_SHM_SHARED) ? F_RDLCK : F_WRLCK;
-    if (acsqlSetLock(f->shmFD, type, ACSQL_SHM_BASE + offset, n) != 0) return acsqlLockFailure(f, SQLITE_IOERR_SHMLOCK);
-    return SQLITE_OK;
+    int unlock = (flags & SQLITE_SHM_UNLOCK) != 0, mask = ((1 << n) - 1) << offset;
+    if (!unlock && f->shmHeld == 0) acsqlWALBegin(f);  /* a transaction starts (acsqlWALBegin) */
+    if (unlock && offset == 0 && (f->shmHeld & 1)) {
+        /* The write lock goes: frames still cached belong to a transaction that did not commit. */
+        ACSQLFile *wal = acsqlWALCacheOfWriter(f);
+        if (wal != NULL) acsqlCacheClear(wal);
+    }
+    short type = unlock ? F_UNLCK : (flags & SQLITE_SHM_SHARED) ? F_RDLCK : F_WRLCK;
+    int rc = SQLITE_OK;
+    if (acsqlSetLock(f->shmFD, type, ACSQL_SHM_BASE + offset, n) != 0) rc = acsqlLockFailure(f, SQLITE_IOERR_SHMLOCK);
+    else if (unlock) f->shmHeld &= ~mask;
+    else f->shmHeld |= mask;
+    if (f->shmHeld == 0) acsqlWALEnd(f);
+    return rc;
 }
 
 static void acsqlShmBarrier(sqlite3_file *file) {
-    (void)file;
+    ACSQLFile *f = (ACSQLFile *)file;
+    /* SQLite publishing a commit in the index: its frames must be in the file (a safety net: the
+     * commit frame's write has flushed them; see the "-wal" write cache). */
+    ACSQLFile *wal = acsqlWALCacheOfWriter(f);
+    if (wal != NULL && wal->cache.count > 0) {
+        int rc = acsqlCacheFlush(wal);
+        if (rc != SQLITE_OK) sqlite3_log(rc, "acsecure: %s: cannot write the WAL frames of a commit", wal->path);
+    }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
@@ -1340,7 +1732,8 @@ static int acsqlShmUnmap(sqlite3_file *file, int deleteIndex) {
     }
     close(f->shmFD);  /* releases this connection's index locks */
     f->shmFD = -1;
-    if (f->inode != NULL) acsqlReleaseWALUse(f->inode);
+    f->shmHeld = 0;
+    if (f->inode != NULL) acsqlReleaseWALUse(f);
     return SQLITE_OK;
 }
 
@@ -1386,6 +1779,19 @@ static int acsqlOpenLockFile(ACSQLFile *f, const char *dbPath, int readOnly) {
     return SQLITE_OK;
 }
 
+/* The node of the database whose "-wal" file is `walName`, with a reference, or NULL. */
+static ACSQLInode *acsqlWALDatabaseNode(const char *walName) {
+    size_t n = strlen(walName), sn = strlen("-wal");
+    ACSQLInode *found = NULL;
+    pthread_mutex_lock(&acsqlInodesMutex);
+    for (ACSQLInode *node = acsqlInodes; node != NULL && n > sn && found == NULL; node = node->next) {
+        if (strlen(node->path) == n - sn && strncmp(node->path, walName, n - sn) == 0) found = node;
+    }
+    if (found != NULL) found->refs++;
+    pthread_mutex_unlock(&acsqlInodesMutex);
+    return found;
+}
+
 /* Makes f->fd the process's descriptor of its database, or closes it in favour of the one there is. */
 static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, uint64_t markBeforeOpen) {
     struct stat st;
@@ -1402,7 +1808,9 @@ static int acsqlShareDescriptor(ACSQLFile *f, int oflag, unsigned int options, u
             sqlite3_free(path);
             rc = SQLITE_NOMEM;
         } else {
-            *node = (ACSQLInode){st.st_dev, st.st_ino, f->fd, oflag, options, path, 0, markBeforeOpen, NULL, NULL, -1, 0, acsqlInodes};
+            *node = (ACSQLInode){.dev = st.st_dev, .ino = st.st_ino, .fd = f->fd, .oflag = oflag, .options = options,
+                                 .path = path, .seen = markBeforeOpen, .walPresenceFD = -1, .next = acsqlInodes};
+            pthread_mutex_init(&node->walLock, NULL);
             acsqlInodes = node;
         }
     } else if ((oflag & O_ACCMODE) == O_RDWR && (node->oflag & O_ACCMODE) != O_RDWR) {
@@ -1457,8 +1865,24 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
      * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
     int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
     unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
-    /* The -wal file is read by other processes while one appends to it: coordinated mode (WAL, below). */
-    if (type & SQLITE_OPEN_WAL) options |= ACSECURE_OPEN_SHARED;
+    /* The -wal file is read by other processes while one appends to it: coordinated mode unless
+     * this process uses the database alone (WAL, below; acsqlWALFileMode switches it). */
+    ACSQLInode *walOf = NULL;
+    if ((type & SQLITE_OPEN_WAL) && name != NULL) {
+        walOf = acsqlWALDatabaseNode(name);
+        int solo = 0;
+        if (walOf != NULL) {
+            pthread_mutex_lock(&walOf->walLock);
+            solo = walOf->walAdmitted && walOf->walSolo;
+            pthread_mutex_unlock(&walOf->walLock);
+        }
+        if (!solo) options |= ACSECURE_OPEN_SHARED;
+        f->cache.capacity = acsqlWriteCacheChunks(name);  /* the frames of a transaction (acsqlWALCachePut) */
+        if (f->cache.capacity < 0) {
+            if (walOf != NULL) acsqlReleaseInode(walOf);
+            return SQLITE_CANTOPEN;
+        }
+    }
     /* The database keeps decrypted pages in the engine's read cache (ACSECURE_READ_CACHE_MIB, 16 MiB
      * by default), as the kernel's page cache keeps a plain database's; ?acsecure_read_cache=0 turns
      * it off. Journals are read back only to roll back. */
@@ -1533,6 +1957,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             if (f->fd >= 0) { readOnly = 1; flags = (flags & ~(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY; }
             else errno = e;
         }
+        if (f->fd < 0 && walOf != NULL) acsqlReleaseInode(walOf);
         if (f->fd < 0) {
             int e = errno;
             f->lastErrno = e;
@@ -1547,6 +1972,7 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             return (e == EIO && (type & SQLITE_OPEN_MAIN_DB)) ? SQLITE_NOTADB : SQLITE_CANTOPEN;
         }
         int endRC = acsqlCheckEnd(f->fd, name, (type & SQLITE_OPEN_MAIN_DB) != 0);
+        if (endRC != SQLITE_OK && walOf != NULL) acsqlReleaseInode(walOf);
         if (endRC != SQLITE_OK) {
             ACSecureFileClose(f->fd);
             f->fd = -1;
@@ -1557,6 +1983,8 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
         if (flags & SQLITE_OPEN_DELETEONCLOSE) unlink(name);
         if (type & SQLITE_OPEN_WAL) {
             f->isWAL = 1;
+            f->walOf = walOf;  /* its mode is applied at its first call (walModeSeen 0) */
+            f->walCommitEnd = -1;
             acsqlWALLearnPageSize(f);
         }
         if (type & SQLITE_OPEN_MAIN_JOURNAL) {

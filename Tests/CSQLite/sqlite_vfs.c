@@ -436,6 +436,196 @@ static int runWALProcessChild(const char *path, int go) {
     return sqlite3_close(other) == SQLITE_OK ? 0 : 1;
 }
 
+/* ---- WAL: solo mode and a second process joining (ACSecureSQLite.h, "Several processes") */
+
+/* The lock bytes of "<db>-aclock" the VFS uses in WAL mode (docs/FORMAT.md, "SQLite files"):
+ * presence (a process uses the database in WAL mode) and solo (a transaction of a process in solo
+ * mode runs). */
+#define SOLO_PRESENCE_BYTE (0x40000000 + 2 + 510 + 1)
+#define SOLO_SOLO_BYTE (SOLO_PRESENCE_BYTE + 1)
+
+/* Whether a lock on `byte` of "<path>-aclock" is held (by any connection: this probe has its own
+ * open file description). */
+static int aclockByteHeld(const char *path, off_t byte) {
+    char lockPath[4096];
+    snprintf(lockPath, sizeof lockPath, "%s-aclock", path);
+    int fd = open(lockPath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = byte;
+    fl.l_len = 1;
+    int rc = fcntl(fd, F_OFD_GETLK, &fl);
+    close(fd);
+    return rc != 0 ? -1 : fl.l_type != F_UNLCK;
+}
+
+/* Inside a read transaction of db: whether this process runs it in solo mode. */
+static int runsSolo(sqlite3 *db, const char *path) {
+    exec(db, "BEGIN");
+    (void)scalar(db, "SELECT count(*) FROM t");
+    int solo = aclockByteHeld(path, SOLO_SOLO_BYTE);
+    exec(db, "COMMIT");
+    return solo;
+}
+
+static long long soloSum(sqlite3 *db) { return scalar(db, "SELECT sum(n) + 1000000 * count(*) FROM t"); }
+
+static int64_t monotonicMilliseconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A process uses a WAL database alone (solo mode: the engine's caches, no coordination), with a
+ * small page cache so that pages come from the VFS's caches. A second process joins while the
+ * first is idle, changes pages the first has cached, checkpoints (TRUNCATE: the WAL starts over)
+ * and writes a new WAL, and leaves: the first then reads everything it wrote (the WAL mark made
+ * it reread both files) and is solo again. A third process joins in the middle of a write
+ * transaction of the first: it gets in only once that transaction is over (never beside a solo
+ * transaction), both see each other's commits and checkpoints while both are there
+ * (coordinated), and the first is solo again once it is alone. */
+static int runWALSolo(const char *path) {
+    char wal[4096], shm[4096];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    unlink(path);
+    unlink(wal);
+    unlink(shm);
+    sqlite3 *db = openDB(path, "acsecure");
+    char *mode = query(db, "PRAGMA journal_mode = WAL");
+    CHECK(strcmp(mode, "wal\n") == 0, "walsolo: journal_mode=WAL gave %s", mode);
+    free(mode);
+    exec(db, "PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, pad TEXT)");
+    for (int round = 0; round < 10; round++) {
+        exec(db, "BEGIN; WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200) "
+                 "INSERT INTO t(n, pad) SELECT i, randomblob(300) FROM c; COMMIT;");
+        if (round == 4) exec(db, "PRAGMA wal_checkpoint(PASSIVE)");
+    }
+    long long before = soloSum(db);  /* every page read once: the read cache holds them */
+    CHECK(runsSolo(db, path) == 1, "walsolo: a process alone is not in solo mode");
+    CHECK(aclockByteHeld(path, SOLO_PRESENCE_BYTE) == 1, "walsolo: the process is not present");
+
+    /* A second process while this one is idle. */
+    int told[2];
+    if (pipe(told) != 0) { perror("pipe"); return 2; }
+    char *argv1[] = {"sqlite_vfs", "walsolo-visit", (char *)path, NULL};
+    pid_t child = spawn(argv1, told[1]);
+    close(told[1]);
+    char line[128] = {0};
+    ssize_t got = read(told[0], line, sizeof line - 1);
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(told[0]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "walsolo: the visiting process failed (status %d)", status);
+    long long seenBefore = 0, expected = 0;
+    CHECK(got > 0 && sscanf(line, "%lld %lld", &seenBefore, &expected) == 2, "walsolo: the visitor said %.60s", line);
+    CHECK(seenBefore == before, "walsolo: the visitor saw %lld, not %lld", seenBefore, before);
+    long long after = soloSum(db);
+    CHECK(after == expected, "walsolo: after the visit this process reads %lld, the visitor left %lld", after, expected);
+    char *ic = query(db, "PRAGMA integrity_check");
+    CHECK(strcmp(ic, "ok\n") == 0, "walsolo: integrity_check after the visit: %s", ic);
+    free(ic);
+    exec(db, "UPDATE t SET n = n + 1 WHERE id % 5 = 0; INSERT INTO t(n, pad) VALUES (7, 'after the visit'); PRAGMA wal_checkpoint(PASSIVE);");
+    CHECK(runsSolo(db, path) == 1, "walsolo: not in solo mode after the visitor left");
+
+    /* A third process joins while this one is in a write transaction. */
+    int told2[2], go[2];
+    if (pipe(told2) != 0 || pipe(go) != 0) { perror("pipe"); return 2; }
+    exec(db, "BEGIN IMMEDIATE; UPDATE t SET n = n + 1 WHERE id % 7 = 0; INSERT INTO t(n, pad) VALUES (8, 'mid');");
+    long long inTransaction = soloSum(db);
+    char goText[16];
+    snprintf(goText, sizeof goText, "%d", go[0]);
+    char *argv2[] = {"sqlite_vfs", "walsolo-join", (char *)path, goText, NULL};
+    int64_t t0 = monotonicMilliseconds();
+    child = spawn(argv2, told2[1]);
+    close(told2[1]);
+    close(go[0]);
+    /* Until this transaction ends, the newcomer must not get in (it is present, waiting). Longer
+     * than one attempt of its wait (0.5 s): its xShmMap answers SQLITE_BUSY and SQLite retries. */
+    struct pollfd pfd = {told2[0], POLLIN, 0};
+    int early = poll(&pfd, 1, 1200);
+    CHECK(early == 0, "walsolo: the joining process got in during a solo transaction");
+    CHECK(aclockByteHeld(path, SOLO_PRESENCE_BYTE) == 1, "walsolo: presence not held");
+    exec(db, "UPDATE t SET n = n + 1 WHERE id % 11 = 0; COMMIT;");
+    long long committed = soloSum(db);
+    CHECK(committed != inTransaction, "walsolo: the second update changed nothing");
+    memset(line, 0, sizeof line);
+    got = read(told2[0], line, sizeof line - 1);  /* the newcomer read, wrote and checkpointed */
+    long long joinerSaw = 0, joinerLeft = 0;
+    CHECK(got > 0 && sscanf(line, "%lld %lld", &joinerSaw, &joinerLeft) == 2, "walsolo: the joiner said %.60s", line);
+    CHECK(joinerSaw == committed, "walsolo: the joiner saw %lld, not the committed %lld", joinerSaw, committed);
+    CHECK(soloSum(db) == joinerLeft, "walsolo: this process does not see the joiner's commit");
+    CHECK(runsSolo(db, path) == 0, "walsolo: solo mode while another process is there");
+    exec(db, "INSERT INTO t(n, pad) VALUES (9, 'while both'); PRAGMA wal_checkpoint(PASSIVE);");
+    long long both = soloSum(db);
+    char bothText[32];
+    snprintf(bothText, sizeof bothText, "%lld\n", both);
+    CHECK(write(go[1], bothText, strlen(bothText)) == (ssize_t)strlen(bothText), "walsolo: tell the joiner");
+    close(go[1]);
+    memset(line, 0, sizeof line);
+    got = read(told2[0], line, sizeof line - 1);
+    long long last = 0;
+    CHECK(got > 0 && sscanf(line, "%lld", &last) == 1, "walsolo: the joiner's last word: %.60s", line);
+    waitpid(child, &status, 0);
+    close(told2[0]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "walsolo: the joining process failed (status %d)", status);
+    CHECK(soloSum(db) == last, "walsolo: this process reads %lld after the joiner left, it left %lld", soloSum(db), last);
+    CHECK(runsSolo(db, path) == 1, "walsolo: not solo again after the joiner left");
+    exec(db, "INSERT INTO t(n, pad) VALUES (10, 'alone again'); PRAGMA wal_checkpoint(TRUNCATE);");
+    ic = query(db, "PRAGMA integrity_check");
+    CHECK(strcmp(ic, "ok\n") == 0, "walsolo: integrity_check at the end: %s", ic);
+    free(ic);
+    long long final = soloSum(db);
+    sqlite3_close(db);
+    /* A fresh process reads what the last one left. */
+    db = openDB(path, "acsecure");
+    CHECK(soloSum(db) == final, "walsolo: reopened, the database reads %lld, not %lld", soloSum(db), final);
+    sqlite3_close(db);
+    if (failures == 0)
+        printf("walsolo: a process alone runs in solo mode; a process that came and went while it was idle, and one that joined in the middle of its write transaction (after %lld ms, once it was over), were seen\n",
+               (long long)(monotonicMilliseconds() - t0));
+    return failures == 0 ? 0 : 1;
+}
+
+/* runWALSolo's visitor: changes pages the first process has cached, resets the WAL, writes more. */
+static int runWALSoloVisit(const char *path) {
+    sqlite3 *db = openDB(path, "acsecure");
+    exec(db, "PRAGMA cache_size = 10");
+    long long seen = soloSum(db);
+    exec(db, "UPDATE t SET n = n * 2 WHERE id % 3 = 0; DELETE FROM t WHERE id % 13 = 0;");
+    exec(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 300) INSERT INTO t(n, pad) SELECT i, randomblob(500) FROM c;");
+    char *r = query(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    if (strncmp(r, "0|", 2) != 0) { fprintf(stderr, "walsolo: the visitor's checkpoint: %s", r); return 1; }
+    free(r);
+    exec(db, "UPDATE t SET n = n + 3 WHERE id % 4 = 0; INSERT INTO t(n, pad) VALUES (5, 'visitor');");
+    long long left = soloSum(db);
+    printf("%lld %lld\n", seen, left);
+    fflush(stdout);
+    return sqlite3_close(db) == SQLITE_OK ? 0 : 1;
+}
+
+/* runWALSolo's joiner: reads (waiting for the first process's transaction), writes, checkpoints,
+ * then checks it sees what the first wrote while both were there. */
+static int runWALSoloJoin(const char *path, int go) {
+    sqlite3 *db = openDB(path, "acsecure");
+    exec(db, "PRAGMA cache_size = 10");
+    long long saw = soloSum(db);
+    exec(db, "UPDATE t SET n = n + 1 WHERE id % 6 = 0; INSERT INTO t(n, pad) VALUES (11, 'joiner'); PRAGMA wal_checkpoint(RESTART);");
+    printf("%lld %lld\n", saw, soloSum(db));
+    fflush(stdout);
+    char text[64] = {0};
+    if (read(go, text, sizeof text - 1) <= 0) return 2;
+    long long both = atoll(text), now = soloSum(db);
+    if (now != both) { fprintf(stderr, "walsolo: the joiner reads %lld, the first process wrote %lld\n", now, both); return 1; }
+    exec(db, "INSERT INTO t(n, pad) VALUES (12, 'joiner leaves'); PRAGMA wal_checkpoint(FULL);");
+    printf("%lld\n", soloSum(db));
+    fflush(stdout);
+    return sqlite3_close(db) == SQLITE_OK ? 0 : 1;
+}
+
 /* ---- SIGKILL */
 
 static const char *crashSchema =
@@ -590,11 +780,14 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "fair") == 0) return runFair(argv[2], atoi(argv[3]));
     if (argc == 3 && strcmp(argv[1], "walprocess") == 0) return runWALProcesses(argv[2]);
     if (argc == 4 && strcmp(argv[1], "walprocess-child") == 0) return runWALProcessChild(argv[2], atoi(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "walsolo") == 0) return runWALSolo(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "walsolo-visit") == 0) return runWALSoloVisit(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "walsolo-join") == 0) return runWALSoloJoin(argv[2], atoi(argv[3]));
     if ((argc == 5 || argc == 6) && strcmp(argv[1], "multi") == 0) return runMulti(argv[2], atoi(argv[3]), atoi(argv[4]), argc == 6 ? argv[5] : "DELETE");
     if (argc == 5 && strcmp(argv[1], "writer") == 0) return runWriter(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc >= 5 && argc <= 7 && strcmp(argv[1], "crash") == 0)
         return runCrash(argv[2], atoi(argv[3]), (unsigned)strtoul(argv[4], NULL, 10), argc >= 6 ? argv[5] : "FULL", argc == 7 ? argv[6] : "DELETE");
     if (argc == 5 && strcmp(argv[1], "crash-child") == 0) return runCrashChild(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | fair DIR ROUNDS | walprocess DB | crash DB ROUNDS SEED [FULL|NORMAL|OFF [DELETE|TRUNCATE|PERSIST|WAL]]\n", argv[0]);
+    fprintf(stderr, "usage: %s workload DIR | multi DB WRITERS N | fair DIR ROUNDS | walprocess DB | walsolo DB | crash DB ROUNDS SEED [FULL|NORMAL|OFF [DELETE|TRUNCATE|PERSIST|WAL]]\n", argv[0]);
     return 2;
 }

@@ -9,8 +9,10 @@
 #     synchronous=OFF in journal_mode TRUNCATE and PERSIST (the database's write cache is flushed
 #     before the journal's truncation or header write ends the transaction), then in WAL mode at
 #     half as many with synchronous=FULL and NORMAL and a quarter with OFF (checkpoints included),
-#     3 writer processes and a reader on one WAL database, and two processes sharing one WAL
-#     database (each sees the other's commits and checkpoints);
+#     3 writer processes and a reader on one WAL database, two processes sharing one WAL
+#     database (each sees the other's commits and checkpoints), and WAL solo mode (walsolo: a
+#     process alone runs without coordination; one that visits while it is idle, and one that joins
+#     in the middle of its write transaction, are seen, and it is solo again once alone);
 #   - Examples/c/secure-sqlite.c;
 #   - the sqlite3 shell loading libacsecuresqlite_ext.so (with ?acsecure_read_cache=0);
 #   - the workload again without the read and write caches (ACSECURE_READ_CACHE_MIB=0,
@@ -84,6 +86,7 @@ mkdir "$work/crash-wal" && "$work/sqlite_vfs" crash "$work/crash-wal/full.db" $(
 "$work/sqlite_vfs" crash "$work/crash-wal/off.db" $((kills / 4)) "$((seed + 5))" OFF WAL || status=1
 # WAL between processes: two processes use the database at once and see each other's commits.
 mkdir "$work/walprocess" && timeout 60 "$work/sqlite_vfs" walprocess "$work/walprocess/wal.db" || { echo "25-sqlite: FAIL: walprocess (exit $?)" >&2; status=1; }
+mkdir "$work/walsolo" && timeout 60 "$work/sqlite_vfs" walsolo "$work/walsolo/solo.db" || { echo "25-sqlite: FAIL: walsolo (exit $?)" >&2; status=1; }
 
 # The example, then its database through the sqlite3 shell with the extension loaded.
 (cd "$work" && ./secure-sqlite notes.db "first note" && ./secure-sqlite notes.db "second note") >"$work/example.out" || status=1

@@ -375,6 +375,22 @@ int ACSecureFileLastError(int fd);
 off_t ACSecureFileRecoveredBytes(int fd);
 
 /**
+ * Switches how this process uses the file while it is open (every descriptor of it in this
+ * process shares one state). shared != 0: coordinated mode, as if a descriptor had been opened
+ * with ACSECURE_OPEN_SHARED (the read cache is dropped; each later call takes up what other
+ * processes changed). shared == 0: what other processes changed is taken up now, under the
+ * record lock (length, file ID and end reread, cached chunks dropped), and the default mode holds
+ * from then on (the read cache, if a descriptor asked for one, comes back); called in the default
+ * mode, it only takes up those changes. The caller must make sure that no other process changes
+ * the file while it is in the default mode (the SQLite VFS switches by what SQLite's locks say).
+ * A descriptor opened later with ACSECURE_OPEN_SHARED turns the state coordinated again.
+ *
+ * Returns 0, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO (with an ACE_*
+ * value) when the file cannot be reread, or the errno of the record lock.
+ */
+int ACSecureFileSetShared(int fd, int shared);
+
+/**
  * Takes size as the end of a file whose end does not authenticate (ACSecureFileRecoveredBytes
  * failing with EIO), on the word of another authenticated record of its length: a trailer for size
  * is sealed at its place, the file is cut after it, and changes are accepted again. For a caller

@@ -51,7 +51,8 @@
  * "change mark" in the first 8 bytes of "<database>-aclock" before it changes the database; a
  * connection that takes a SHARED lock and finds a mark this process has not seen reopens the
  * process's descriptor of the database (the engine then drops its cached length and chunk). The
- * lock file holds nothing but locks, that mark and the deadline below.
+ * lock file holds nothing but locks, that mark, the deadline below and, for WAL mode, a second
+ * mark (below).
  * Writers take turns: SQLite's writers poll (a connection that finds RESERVED taken sleeps 1 to
  * 100 ms in its busy handler and tries again), so beside a writer that commits in a loop a second
  * one almost never landed in the gap between two commits (its 20 transactions took 8-15 s, and
@@ -115,7 +116,8 @@
  * sets its size per process and database (whole MiB, 1 to 1024; 16 when unset; 0 turns it off; any
  * other value makes the open fail with SQLITE_CANTOPEN), and the URI parameter
  * ?acsecure_read_cache=0 turns it off for one database. It is guarded memory, dropped when another
- * process's change makes the VFS reopen the database, and wiped when secure services lock.
+ * process's change makes the VFS reopen the database and while another process uses it in WAL mode
+ * (below), and wiped when secure services lock.
  *
  * WAL (PRAGMA journal_mode=WAL): the -wal file, which holds page images, is a secure file; the
  * wal-index (-shm) is shared memory exactly as the unix VFS provides it (a plain file mapped in
@@ -129,15 +131,50 @@
  * checkpoints SIGKILLed). Frames are stored in chunks of their own (the -wal file is about twice a
  * plain one's size with 4 KiB pages), so a write torn by a crash damages only the frame being
  * written. The database's pages are written through in WAL mode (no write cache: readers run beside
- * checkpoints). Memory mapping stays off (a mapping would expose ciphertext, not pages).
+ * checkpoints), but a transaction's frames are collected before they are sealed: SQLite rewrites a
+ * frame of the transaction under way each time its page cache spills the page again, so the
+ * connection keeps the chunks of the frames it writes in a write cache of the same size as the
+ * database's (ACSECURE_WRITE_CACHE_MIB, ?acsecure_write_cache=0) and writes them, in order, as
+ * soon as the page of the commit frame is in (before SQLite publishes the commit in the wal-index,
+ * so an error fails the commit), at xSync and when the cache is full; frames of a transaction that
+ * did not commit are wiped when the WAL write lock is released. No other connection reads a frame
+ * before its commit is published, so none misses them; a killed process loses no commit.
+ * Memory mapping stays off (a mapping would expose ciphertext, not pages).
  * Several processes may use one database in WAL mode at once, as with the unix VFS: readers of
  * one process see what writers and checkpointers of others commit. The engine keeps one state per
- * file and process, and in WAL mode no SQLite lock would tell a process to reread a file another
- * process changed, so in WAL mode the engine's coordinated mode (ACSECURE_OPEN_SHARED: each call
- * takes a lock on the file and takes up what another process changed) covers the -wal file and,
- * while any connection of the process has the index mapped, the database (a coordinated
- * descriptor kept open by the process; the database's read cache is then off). That costs a lock
- * and a check of the file's length per call in WAL mode (docs/BENCHMARKS.md).
+ * file and process, and in WAL mode no SQLite lock tells a process to reread a file another
+ * process changed, so while several processes use the database the engine's coordinated mode
+ * (ACSECURE_OPEN_SHARED: each call takes a lock on the file and takes up what another process
+ * changed; no read cache) covers the -wal file and the database. A process that uses the database
+ * alone runs in solo mode instead: the engine's default mode, with the read cache, no lock or
+ * length check per call. It switches (ACSecureFileSetShared) at the start of a transaction (a
+ * connection's first WAL-index lock), by three things in "<database>-aclock":
+ *   - each process using the database in WAL mode holds a read lock on its presence byte (the
+ *     byte after the writers' intent byte) from before its first access in WAL mode until its
+ *     last connection unmaps the wal-index (a process that dies releases it);
+ *   - each transaction begun in solo mode holds a read lock on the next byte, the solo byte;
+ *   - a process stores a new random WAL mark (bytes 16..23) when it starts using the database in
+ *     WAL mode.
+ * A process starting in WAL mode takes its presence lock, waits until no other process holds the
+ * solo byte, stores its mark, and runs coordinated if another process is present, solo (after
+ * rereading both files) if not. The wait lasts as long as the transaction the other process has
+ * under way in solo mode (never its later ones, which see the newcomer): 0.5 s per attempt, then
+ * SQLITE_BUSY from xShmMap, which SQLite's WAL code retries with its own backoff; a transaction
+ * held open for about a minute makes the newcomer's statement fail with SQLITE_PROTOCOL (with the
+ * unix VFS a newcomer never waits for a reader). A transaction takes the solo byte before it
+ * looks for others' presence locks and at the mark. So
+ * either a newcomer sees a solo transaction under way and waits for its end, or the transaction
+ * sees the newcomer and turns its process coordinated before it touches a file: a process in solo
+ * mode never reads or writes beside another process, and its cached chunks, length and end are
+ * never used after another process changed the files: one that came, wrote, checkpointed and left
+ * while this process was idle changed the mark, and the next transaction rereads both files. A
+ * coordinated process turns solo again at the start of a transaction when no other process is
+ * present and none of its own connections is in a transaction (rereading both files then).
+ * Outside transactions only two things touch the files: SQLite's read of the WAL header when it
+ * opens the -wal file (a torn read leaves only its page size unknown until the next read) and the
+ * checkpoint of a connection that closes the database, which holds the database's EXCLUSIVE lock
+ * (no other process can then be in WAL mode: each of its connections keeps SHARED). The cost of
+ * coordination is then paid only while another process uses the database (docs/BENCHMARKS.md).
  *
  * The sqlite3 shell can load the same VFS as an extension (libacsecuresqlite_ext.so, installed by
  * scripts/install-c-library.sh into PREFIX/lib): `.load PREFIX/lib/libacsecuresqlite_ext` (the full
