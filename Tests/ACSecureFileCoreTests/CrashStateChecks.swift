@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ACSecureServices
 import ACSecureTestSupport
+import ACSystemCalls
 @testable import ACSecureFileCore
 
 // The checks of CrashStateEnumeratorTests: one crash state of a secure file (built by
@@ -73,18 +74,7 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
     }
     try? file.close()
     // (b): one byte appended after the crash reads back.
-    do {
-        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
-        _ = try w.pwrite([0xA5], at: Int64(size))
-        try w.close()
-        let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
-        defer { try? r.close() }
-        if try r.pread(count: 1, at: Int64(size)) != [0xA5] || (try r.size) != Int64(size + 1) {
-            failed[.usable] = "a byte appended at \(size) does not read back"
-        }
-    } catch {
-        failed[.usable] = "refuses a change: \(crashErrorName(error))"
-    }
+    if let problem = appendedByteProblem(BytePath(path), size: size, services: services) { failed[.usable] = problem }
     return (failed, unreadableUnsynced)
 }
 

@@ -5,6 +5,7 @@ import XCTest
 import ACCrypto
 import ACSecureServices
 import ACSecureTestSupport
+import ACSystemCalls
 @testable import ACSecureFileCore
 
 /// A temporary directory with a fresh store, removed at the end of the test.
@@ -83,4 +84,22 @@ func errnoOf(_ body: () throws -> Void) -> Int32? {
 func fileSize(_ path: String) -> Int64 {
     var st = stat()
     return stat(path, &st) == 0 ? Int64(st.st_size) : -1
+}
+
+/// Whether a file `size` bytes long accepts a change after a crash: nil when one byte appended at its
+/// end reads back, else why not.
+func appendedByteProblem(_ path: BytePath, size: Int, services: SecureServices) -> String? {
+    do {
+        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
+        _ = try w.pwrite([0xA5], at: Int64(size))
+        try w.close()
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
+        defer { try? r.close() }
+        if try r.pread(count: 1, at: Int64(size)) != [0xA5] || (try r.size) != Int64(size + 1) {
+            return "a byte appended at \(size) does not read back"
+        }
+        return nil
+    } catch {
+        return "refuses a change: \((error as? SecureFileError).map(\.message) ?? "\(error)")"
+    }
 }

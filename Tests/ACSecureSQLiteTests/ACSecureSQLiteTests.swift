@@ -34,34 +34,7 @@ final class ACSecureSQLiteTests: XCTestCase {
         }
         return db
     }
-
-    /// Runs `sql` and returns every row's columns as text ("NULL" for NULL).
-    private func rows(_ db: OpaquePointer, _ sql: String) throws -> [[String]] {
-        var out: [[String]] = []
-        var rest = Array(sql.utf8CString)
-        try rest.withUnsafeMutableBufferPointer { buf in
-            var tail: UnsafePointer<CChar>? = UnsafePointer(buf.baseAddress!)
-            while let start = tail, start.pointee != 0 {
-                var stmt: OpaquePointer?
-                guard sqlite3_prepare_v2(db, start, -1, &stmt, &tail) == SQLITE_OK else {
-                    throw NSError(domain: "sqlite", code: 1, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(db))])
-                }
-                guard let stmt else { continue }
-                defer { sqlite3_finalize(stmt) }
-                while true {
-                    let rc = sqlite3_step(stmt)
-                    if rc == SQLITE_DONE { break }
-                    guard rc == SQLITE_ROW else {
-                        throw NSError(domain: "sqlite", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(db))])
-                    }
-                    out.append((0..<sqlite3_column_count(stmt)).map { i in
-                        sqlite3_column_text(stmt, i).map { String(cString: $0) } ?? "NULL"
-                    })
-                }
-            }
-        }
-        return out
-    }
+    private func rows(_ db: OpaquePointer, _ sql: String) throws -> [[String]] { try sqliteRows(db, sql) }
 
     func testSameResultsAsTheDefaultVFSAndNothingInTheClear() throws {
         let workload = """

@@ -41,8 +41,6 @@ final class SQLiteCrashStateTests: XCTestCase {
 
     override func tearDownWithError() throws { temporary = nil }
 
-    struct SQLiteError: Error, CustomStringConvertible { var description: String }
-
     private func open(_ path: String) throws -> OpaquePointer {
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "acsecure")
@@ -52,30 +50,7 @@ final class SQLiteCrashStateTests: XCTestCase {
         }
         return db
     }
-
-    /// Runs `sql`; returns every row's columns as text.
-    private func rows(_ db: OpaquePointer, _ sql: String) throws -> [[String]] {
-        var out: [[String]] = []
-        var rest = Array(sql.utf8CString)
-        try rest.withUnsafeMutableBufferPointer { buf in
-            var tail: UnsafePointer<CChar>? = UnsafePointer(buf.baseAddress!)
-            while let start = tail, start.pointee != 0 {
-                var stmt: OpaquePointer?
-                guard sqlite3_prepare_v2(db, start, -1, &stmt, &tail) == SQLITE_OK else {
-                    throw SQLiteError(description: String(cString: sqlite3_errmsg(db)))
-                }
-                guard let stmt else { continue }
-                defer { sqlite3_finalize(stmt) }
-                while true {
-                    let rc = sqlite3_step(stmt)
-                    if rc == SQLITE_DONE { break }
-                    guard rc == SQLITE_ROW else { throw SQLiteError(description: "\(rc) " + String(cString: sqlite3_errmsg(db))) }
-                    out.append((0..<sqlite3_column_count(stmt)).map { sqlite3_column_text(stmt, $0).map { String(cString: $0) } ?? "NULL" })
-                }
-            }
-        }
-        return out
-    }
+    private func rows(_ db: OpaquePointer, _ sql: String) throws -> [[String]] { try sqliteRows(db, sql) }
 
     private func content(_ db: OpaquePointer) throws -> String {
         try rows(db, "SELECT k, hex(v) FROM t ORDER BY k").map { $0.joined(separator: ":") }.joined(separator: ",")
