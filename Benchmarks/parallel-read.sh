@@ -19,10 +19,10 @@ read -r -a flags <<<"$(pkg-config --cflags --libs acsecurefile)"
 cc -O2 -pthread "$here/c/parallel-read.c" "${flags[@]}" -o "$dir/parallel-read"
 export ACSECURE_HOME="$dir/store" ACSECURE_CREATE_STORE=1 ACSECURE_APP_ID=com.example.parallel-read
 echo "load before: $(uptime)"
-echo "openssl speed -evp aes-256-gcm -bytes 4096 (4 KiB blocks per second, all processes together):"
+echo "openssl speed -evp aes-256-gcm -bytes 4096 (1000s of bytes per second, all processes together):"
 for n in 1 2 4; do
   rate="$(openssl speed -multi "$n" -seconds 3 -bytes 4096 -evp aes-256-gcm 2>/dev/null | awk '/^evp|^aes-256-gcm|^AES-256-GCM/ {v=$NF} END {sub(/k$/, "", v); print v}')"
-  echo "  -multi $n: ${rate} kB/s"
+  echo "  -multi $n: ${rate}k"
 done
 "$dir/parallel-read" "$dir" "$rounds" "$calls" "$mib" 4
 "$dir/parallel-read" "$dir" "$rounds" "$calls" "$mib" 4 shared
