@@ -199,7 +199,11 @@ enum OpenFiles {
             do { try shared.verifyTrailerIfNeeded(physicalSize: physical) } catch {
                 if error.code != .badKeyOrCorruptData { throw error }
             }
-            if r.truncate { try shared.truncate(to: 0) }
+            if r.truncate {
+                try shared.truncate(to: 0)
+                // As `finishCoordinated` does before the lock is released.
+                if r.coordinated { try shared.settleCut() }
+            }
         case .failure(let why):
             if physical == 0 {
                 // Only the open that created the file, or an O_TRUNC open (which empties on purpose),

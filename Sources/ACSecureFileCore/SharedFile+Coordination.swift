@@ -98,10 +98,13 @@ extension SharedFile {
         }
     }
 
-    /// Ends a coordinated operation: the change is written through, then the lock released.
+    /// Ends a coordinated operation: the change is written through, and a cut it made is on the
+    /// device with its record cleared (other processes must not find either once the lock is
+    /// released), then the lock released.
     func finishCoordinated() throws(SecureFileError) {
         defer { endCoordinated() }
         try flushRun()
+        try settleCut()
     }
 
     /// Releases the lock. Writes of a failed operation still in the write-back run are dropped

@@ -15,13 +15,6 @@ import ACSystemCalls
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
         try settleCut()
-        try truncateUnsettled(to: length)
-        // Other processes must not find this cut's record, or a cut not yet on the device, once
-        // the lock is released.
-        if coordinated { try settleCut() }
-    }
-
-    private func truncateUnsettled(to length: Int64) throws(SecureFileError) {
         if length == 0, hasHeader, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
@@ -141,10 +134,17 @@ extension SharedFile {
     /// the cut (cut first, the file would end without one). The 32-byte trailer never spans two
     /// sectors (chunk slots start at multiples of 32), so no torn write splits it.
     private func cut(to length: Int64) throws(SecureFileError) {
-        let end = layout.physicalSize(forPlaintextSize: length)
         let shift = Int64(layout.chunkShift)
         let announced = diskSize > 0 && (diskSize - 1) >> shift > length >> shift
         if announced { try recordPendingEndDurably(length) }
+        try writeTrailerAndCut(to: length)
+        if announced && layout.hasPendingEndRecord { cutSettlement = .barrierFirst }
+    }
+
+    /// What every cut to a chunk boundary writes (also an end taken on another's word,
+    /// `adoptVouchedEnd`): the trailer for `length` at its place, on the device, then the cut after it.
+    func writeTrailerAndCut(to length: Int64) throws(SecureFileError) {
+        let end = layout.physicalSize(forPlaintextSize: length)
         let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
@@ -152,7 +152,6 @@ extension SharedFile {
             try orderingBarrier("the new trailer before the cut")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }
-        if announced && layout.hasPendingEndRecord { cutSettlement = .barrierFirst }
     }
 
     /// Records the pending end and puts it on the device before the change it announces.

@@ -29,23 +29,11 @@ extension SharedFile {
         try settleCut()
         dropCache()
         dropReadCache()
-        let t = ensureScratch(layout.trailerSize)
-        try sealTrailer(into: t, size: vouched)
-        do {
-            try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
-            // The trailer on the device before the cut, as for any cut.
-            try orderingBarrier("the vouched end's trailer before the cut")
-            try checkIO(Sys.ftruncate(ioFD, end), "truncate")
-        } catch {
-            resynchronizeAfterFailedWrite()
-            throw error
-        }
+        try writeTrailerAndCut(to: vouched)
         tailFailure = nil
         pendingTailRepair = nil
         bytesAfterAuthenticatedEnd = 0
-        diskSize = vouched
         size = vouched
-        tailVerified = true
         if end < physical { cutSettlement = .barrierFirst }
     }
 }
