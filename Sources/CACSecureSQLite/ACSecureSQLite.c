@@ -227,6 +227,16 @@ static int acsqlReadMark(ACSQLFile *f, uint64_t *mark) {
  * read as SQLite reads a short or torn journal: its chunks that do not authenticate read as zeros
  * (acsqlReadFile), which its record checksums reject, so the rollback stops there.
  */
+/* A big-endian u32, as SQLite stores the fields of its journal and WAL headers. */
+static uint32_t acsqlBE32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* v if it is a page size SQLite can have (a power of two from 512 to 65536), else 0. */
+static int acsqlPageSizeOrZero(uint32_t v) {
+    return (v >= 512 && v <= 65536 && (v & (v - 1)) == 0) ? (int)v : 0;
+}
+
 /*
  * A database whose end does not authenticate, with a hot rollback journal beside it: a power loss
  * tore a write of the transaction the journal protects (an append of pages from a chunk-aligned end
@@ -247,9 +257,9 @@ static int acsqlAdoptEndFromHotJournal(int fd, const char *path) {
     static const unsigned char magic[8] = { 0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7 };
     int adopted = 0;
     if (n == (ssize_t)sizeof h && memcmp(h, magic, sizeof magic) == 0) {
-        uint32_t pages = (uint32_t)h[16] << 24 | (uint32_t)h[17] << 16 | (uint32_t)h[18] << 8 | h[19];
-        uint32_t pageSize = (uint32_t)h[24] << 24 | (uint32_t)h[25] << 16 | (uint32_t)h[26] << 8 | h[27];
-        int validPageSize = pageSize >= 512 && pageSize <= 65536 && (pageSize & (pageSize - 1)) == 0;
+        uint32_t pages = acsqlBE32(h + 16);
+        uint32_t pageSize = acsqlBE32(h + 24);
+        int validPageSize = acsqlPageSizeOrZero(pageSize) != 0;
         off_t size = (off_t)pages * (off_t)pageSize;
         if (validPageSize && ACSecureFileAdoptEnd(fd, size) == 0) {
             sqlite3_log(SQLITE_NOTICE, "acsecure: %s: the database's end did not authenticate (a write torn by a crash); its hot journal records %u pages of %u bytes before the interrupted transaction: that is taken as its end, and the rollback restores the pages",
@@ -965,8 +975,7 @@ static sqlite3_int64 acsqlWALLogicalSize(const ACSQLFile *f, sqlite3_int64 physi
 
 /* The page size in a WAL header (bytes 8..11, big-endian), 0 if it is not one. */
 static int acsqlWALHeaderPageSize(const unsigned char *header) {
-    uint32_t v = (uint32_t)header[8] << 24 | (uint32_t)header[9] << 16 | (uint32_t)header[10] << 8 | header[11];
-    return (v >= 512 && v <= 65536 && (v & (v - 1)) == 0) ? (int)v : 0;
+    return acsqlPageSizeOrZero(acsqlBE32(header + 8));
 }
 
 /* The page size from the WAL header on disk, when this connection does not know it yet: another
@@ -1127,7 +1136,7 @@ static int acsqlWALWrite(ACSQLFile *f, const unsigned char *buf, int amount, sql
     sqlite3_int64 frame = (sqlite3_int64)f->walPageSize + ACSQL_WAL_FRAME_HEADER;
     if (offset >= ACSQL_WAL_HEADER && (offset - ACSQL_WAL_HEADER) % frame == 0 && amount >= ACSQL_WAL_FRAME_HEADER) {
         /* A frame header: bytes 4..7 are the database's size after a commit, 0 in other frames. */
-        uint32_t commitSize = (uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 | buf[7];
+        uint32_t commitSize = acsqlBE32(buf + 4);
         if (commitSize != 0) f->walCommitEnd = offset + frame;
     }
     if (f->cache.capacity == 0) {
