@@ -38,11 +38,8 @@ public final class SystemCallDriver: @unchecked Sendable {
 
     /// The calling thread's driver, else the current task's (nil: none).
     public static var current: SystemCallDriver? {
-        get { pthread_getspecific(key).map { Unmanaged<SystemCallDriver>.fromOpaque($0).takeUnretainedValue() } ?? taskDriver }
-        set {
-            if let old = pthread_getspecific(key) { Unmanaged<SystemCallDriver>.fromOpaque(old).release() }
-            pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
-        }
+        get { installed.value ?? taskDriver }
+        set { installed.value = newValue }
     }
 
     /// Runs `body` with `driver` installed on this thread, then restores the previous one.
@@ -61,12 +58,28 @@ public final class SystemCallDriver: @unchecked Sendable {
 
     @TaskLocal private static var taskDriver: SystemCallDriver?
 
-    private static let key: pthread_key_t = {
+    private static let installed = ThreadLocalObject<SystemCallDriver>()
+}
+
+/// One object per thread, retained while it is installed and released when it is replaced or the
+/// thread ends (a pthread key): the hooks a test installs on the thread that runs it.
+struct ThreadLocalObject<Object: AnyObject>: @unchecked Sendable {
+    private let key: pthread_key_t
+
+    init() {
         var key = pthread_key_t()
-        let created = pthread_key_create(&key) { if let p = $0 { Unmanaged<SystemCallDriver>.fromOpaque(p).release() } }
+        let created = pthread_key_create(&key) { if let p = $0 { Unmanaged<AnyObject>.fromOpaque(p).release() } }
         precondition(created == 0, "pthread_key_create: \(created)")
-        return key
-    }()
+        self.key = key
+    }
+
+    var value: Object? {
+        get { pthread_getspecific(key).map { Unmanaged<Object>.fromOpaque($0).takeUnretainedValue() } }
+        nonmutating set {
+            if let old = pthread_getspecific(key) { Unmanaged<Object>.fromOpaque(old).release() }
+            pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
+        }
+    }
 }
 
 /// A test's record of the file-changing calls of the thread that installs it (`current`, `with`):
@@ -101,11 +114,8 @@ public final class SystemCallRecorder: @unchecked Sendable {
 
     /// The calling thread's recorder (nil: none).
     public static var current: SystemCallRecorder? {
-        get { pthread_getspecific(key).map { Unmanaged<SystemCallRecorder>.fromOpaque($0).takeUnretainedValue() } }
-        set {
-            if let old = pthread_getspecific(key) { Unmanaged<SystemCallRecorder>.fromOpaque(old).release() }
-            pthread_setspecific(key, newValue.map { Unmanaged.passRetained($0).toOpaque() })
-        }
+        get { installed.value }
+        set { installed.value = newValue }
     }
 
     /// Runs `body` with `recorder` installed on this thread, then restores the previous one.
@@ -116,12 +126,7 @@ public final class SystemCallRecorder: @unchecked Sendable {
         return try body()
     }
 
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        let created = pthread_key_create(&key) { if let p = $0 { Unmanaged<SystemCallRecorder>.fromOpaque(p).release() } }
-        precondition(created == 0, "pthread_key_create: \(created)")
-        return key
-    }()
+    private static let installed = ThreadLocalObject<SystemCallRecorder>()
 }
 
 /// The process-wide in-memory backend (fuzzers, tests). Set it only while no other thread makes
