@@ -17,7 +17,7 @@
 #       and Examples/c (secure-copy, securecat) with secure services started from the environment
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
-#       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c
+#       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c
 #       and parallel-read.c (one short round each, likewise).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
@@ -54,6 +54,7 @@ build open-cost "$root/Benchmarks/c/open-cost.c"
 build seq-write "$root/Benchmarks/c/seq-write.c"
 build fsync-timing "$root/Benchmarks/c/fsync-timing.c"
 build cut-cost "$root/Benchmarks/c/cut-cost.c"
+build sync-cost "$root/Benchmarks/c/sync-cost.c"
 build parallel-read "$root/Benchmarks/c/parallel-read.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
@@ -133,6 +134,7 @@ mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 |
 "$work/seq-write" "$work/open-cost-files" 4 1 >/dev/null || status=1
 "$work/fsync-timing" "$work/open-cost-files" 1 >/dev/null || status=1
 "$work/cut-cost" "$work/open-cost-files" 1 20 >/dev/null || status=1
+"$work/sync-cost" "$work/open-cost-files" 1 5 >/dev/null || status=1
 "$work/parallel-read" "$work/open-cost-files" 1 200 1 2 >/dev/null || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory

@@ -53,13 +53,15 @@ private func readCacheFromEnvironment(_ path: BytePath) throws(SecureFileError) 
 }
 
 /// The end's report, right after the open (ACSecureFileLastError = ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR):
-/// an interrupted write recovered (bytes after the authenticated end), or no end that authenticates
-/// at all (a cut or damaged end: the file opens for reading, every change is refused). Any other
-/// failure to check the end fails the open.
+/// an interrupted write recovered (bytes after the authenticated end), an end restored from the last
+/// sync's tail copy, or no end that authenticates at all (a cut or damaged end: the file opens for
+/// reading, every change is refused). Any other failure to check the end fails the open.
 private func insertOpened(_ file: SecureFile) throws(SecureFileError) -> Int32 {
     let endIntact: Bool
     do {
-        endIntact = try file.bytesAfterAuthenticatedEnd == 0
+        let after = try file.bytesAfterAuthenticatedEnd
+        let restored = try file.endRestoredFromTailCopy
+        endIntact = after == 0 && !restored
     } catch where error.code == .badKeyOrCorruptData {
         endIntact = false
     } catch {
@@ -97,6 +99,13 @@ public func ACSecureFileFdatasync(_ fd: Int32) -> Int32 {
 public func ACSecureFileRecoveredBytes(_ fd: Int32) -> off_t {
     CResult.onFile(fd) { file throws(SecureFileError) -> off_t in
         off_t(try file.bytesAfterAuthenticatedEnd)
+    }
+}
+
+@c @implementation
+public func ACSecureFileEndRestored(_ fd: Int32) -> Int32 {
+    CResult.onFile(fd) { file throws(SecureFileError) -> Int32 in
+        try file.endRestoredFromTailCopy ? 1 : 0
     }
 }
 

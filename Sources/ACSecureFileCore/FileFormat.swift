@@ -7,8 +7,9 @@ import ACSecureServices
 
 /// The on-disk layout of a secure file (see docs/FORMAT.md).
 ///
-///     header (128) ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer
-///     versions 2 and 3 (3 for new files; 3 adds the header's pending-end record, see FileHeader):
+///     header (128) ‖ [tail-copy slot 0 ‖ slot 1] ‖ chunk 0 ‖ chunk 1 ‖ … ‖ chunk n-1 ‖ trailer
+///     version 4 (new files) has the two tail-copy slots (TailCopyDescriptor; chunk 0 at `dataOffset`)
+///     versions 2 to 4 (3 adds the header's pending-end record, see FileHeader):
 ///       chunk   = s (4) ‖ nonce (12) ‖ AES-256-GCM(K_s, nonce, plaintext ≤ chunkSize, AAD = fileID ‖ u64 index) ‖ tag (16)
 ///       trailer = s (4) ‖ nonce (12) ‖ GCM tag under K_s over no plaintext, AAD = "ACSF end" ‖ fileID ‖ u64 plaintext size
 ///     version 1: the same without s, under the data key itself (28 bytes per chunk and trailer).
@@ -21,14 +22,31 @@ public struct FileLayout: Sendable, Equatable {
     public static let tagSize = 16
     public static let defaultChunkShift: UInt8 = 12  // 4 KiB: see docs/FORMAT.md for why
     public static let chunkShiftRange: ClosedRange<UInt8> = 9...20
-    /// The version new files get. Version 2 files become version 3 (a header rewrite: the chunks are
-    /// the same) at their first change that needs a pending-end record; version 1 files keep their
-    /// version when modified.
-    public static let currentVersion: UInt16 = 3
-    public static let supportedVersions: ClosedRange<UInt16> = 1...3
+    /// The version new files get (with chunks of at most 2^16 bytes; larger chunks get version 3,
+    /// whose tail copies would cost two chunks more per file). Version 2 files become version 3 (a
+    /// header rewrite: the chunks are the same) at their first change that needs a pending-end
+    /// record; version 1 and 3 files keep their version when modified (version 4 moves the chunks).
+    public static let currentVersion: UInt16 = 4
+    public static let supportedVersions: ClosedRange<UInt16> = 1...4
+    /// The largest chunk shift a version 4 file has.
+    public static let largestTailCopyChunkShift: UInt8 = 16
+
+    /// The layout of a new file (or a new generation) with chunks of 2^`chunkShift` bytes.
+    public static func forNewFile(chunkShift: UInt8 = defaultChunkShift) -> FileLayout {
+        FileLayout(chunkShift: chunkShift, version: chunkShift <= largestTailCopyChunkShift ? currentVersion : 3)
+    }
 
     /// Whether the header can hold a pending-end record (bytes 108..<128).
     public var hasPendingEndRecord: Bool { version >= 3 }
+    /// Whether two tail-copy slots follow the header (version 4; docs/FORMAT.md "Tail copies").
+    public var hasTailCopies: Bool { version >= 4 }
+
+    /// Bytes of one tail-copy slot: its descriptor, a copy of a last chunk and of a trailer.
+    public var tailCopySlotSize: Int { hasTailCopies ? TailCopyDescriptor.size + physicalChunkSize + trailerSize : 0 }
+    /// Where tail-copy slot `slot` (0 or 1) starts.
+    public func tailCopyOffset(_ slot: Int) -> Int64 { Int64(Self.headerSize + slot * tailCopySlotSize) }
+    /// Where chunk 0 starts: after the header and, in version 4, the two tail-copy slots.
+    public let dataOffset: Int64
 
     public let version: UInt16
     /// Bytes of the key selector before each chunk's and the trailer's nonce: 4 from version 2, else 0.
@@ -41,8 +59,11 @@ public struct FileLayout: Sendable, Equatable {
 
     public init(chunkShift: UInt8 = defaultChunkShift, version: UInt16 = currentVersion) {
         precondition(Self.chunkShiftRange.contains(chunkShift) && Self.supportedVersions.contains(version))
+        precondition(version < 4 || chunkShift <= Self.largestTailCopyChunkShift)
         self.chunkShift = chunkShift
         self.version = version
+        let slot = version >= 4 ? TailCopyDescriptor.size + (1 << Int(chunkShift)) + 2 * (4 + Self.nonceSize + Self.tagSize) : 0
+        self.dataOffset = Int64(Self.headerSize + 2 * slot)
     }
 
     /// Number of chunks a file of `size` plaintext bytes has.
@@ -57,19 +78,19 @@ public struct FileLayout: Sendable, Equatable {
 
     /// File offset of chunk `index`.
     @inline(__always) public func chunkOffset(_ index: Int64) -> Int64 {
-        Int64(Self.headerSize) + index * Int64(physicalChunkSize)
+        dataOffset + index * Int64(physicalChunkSize)
     }
 
     /// Physical file length for `size` plaintext bytes (header and trailer included).
     public func physicalSize(forPlaintextSize size: Int64) -> Int64 {
         let n = chunkCount(forSize: size)
-        return Int64(Self.headerSize) + size + n * Int64(chunkOverhead) + Int64(trailerSize)
+        return dataOffset + size + n * Int64(chunkOverhead) + Int64(trailerSize)
     }
 
     /// Plaintext size of a physical file length, or nil when no valid file has that length
     /// (a torn write or tampering, or a size past `SecureFile.maximumFileSize`).
     public func plaintextSize(forPhysicalSize physical: Int64) -> Int64? {
-        let body = physical - Int64(Self.headerSize) - Int64(trailerSize)
+        let body = physical - dataOffset - Int64(trailerSize)
         guard body >= 0 else { return nil }
         let p = Int64(physicalChunkSize)
         let full = body / p
@@ -96,9 +117,9 @@ public struct FileLayout: Sendable, Equatable {
 /// The 128-byte header: format, chunk size, file ID and the wrapped data key.
 ///
 ///     0   "ACSF"                4
-///     4   version = 1, 2 or 3   u16  (3 for new files; from 2: key selectors, see FileLayout)
+///     4   version = 1 to 4      u16  (4 for new files; from 2: key selectors, see FileLayout)
 ///     6   header size = 128     u16
-///     8   chunk shift (9…20)    u8
+///     8   chunk shift (9…20)    u8   (9…16 in version 4)
 ///     9   key class             u8   (1 app, 2 group, 3 crypto block)
 ///     10  flags = 0             u16  (reserved: a reader rejects any other value)
 ///     12  reserved, zero        u32
@@ -107,7 +128,7 @@ public struct FileLayout: Sendable, Equatable {
 ///     48  wrap nonce            12
 ///     60  wrapped data key      32   AES-256-GCM(KEK, nonce, data key, AAD = bytes 0..<48)
 ///     92  wrap tag              16
-///     108 version 3: the pending-end record (20 bytes, outside the wrap's AAD, so it is rewritten
+///     108 versions 3 and 4: the pending-end record (20 bytes, outside the wrap's AAD, so it is rewritten
 ///         alone with one 20-byte pwrite inside the first sector); versions 1 and 2: reserved, zero
 ///           108 kind                u8   0 none (the rest written as zero, not read), 1 a pending end
 ///           109 reserved, zero      3
@@ -306,6 +327,9 @@ public struct FileHeader: Sendable, Equatable {
         let headerSize = Int(b[6]) << 8 | Int(b[7])
         guard headerSize == FileLayout.headerSize else { return .failure(.malformed("header size \(headerSize)")) }
         guard FileLayout.chunkShiftRange.contains(b[8]) else { return .failure(.malformed("chunk shift \(b[8])")) }
+        guard version < 4 || b[8] <= FileLayout.largestTailCopyChunkShift else {
+            return .failure(.malformed("chunk shift \(b[8]) in a version \(version) file"))
+        }
         guard KeyEncryptionKey.KeyClass(rawValue: b[9]) != nil else { return .failure(.malformed("key class \(b[9])")) }
         // No flag is defined (versions 1 to 3): a reader that ignored one would misread a file written by
         // a later writer, and a forged value must not pass (the wrap authenticates whatever is there).
@@ -385,4 +409,61 @@ func bigEndianBytes<T: FixedWidthInteger>(_ v: T, _ count: Int = MemoryLayout<T>
 
 func constantTimeEqualBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
     a.withUnsafeBytes { x in b.withUnsafeBytes { y in constantTimeEqual(x, y) } }
+}
+
+/// The 64-byte descriptor at the start of a tail-copy slot (version 4; docs/FORMAT.md "Tail copies").
+///
+///     0   kind                  u8   0 empty (never written), 1 a tail copy
+///     1   reserved, zero        3
+///     4   sequence              u64  one more than the newest copy when written
+///     12  size                  u64  the plaintext size the copy was taken at (an application's sync)
+///     20  σ ‖ nonce ‖ tag       32   GCM tag under K_σ over no plaintext, AAD = `aad(...)`
+///     52  reserved, zero        12
+///
+/// The slot goes on with a copy of the last chunk of a file of that size as it was on disk (its
+/// `size mod 2^s` bytes sealed; nothing when the size ends a full chunk), then a copy of its trailer.
+/// The tag binds the copy's sequence, size and slot, and the tags of the two copies after it: a
+/// descriptor is only ever taken with the copies it was written with.
+public struct TailCopyDescriptor: Sendable, Equatable {
+    public static let size = 64
+    static let sealOffset = 20
+    static let aadSize = 9 + 16 + 8 + 8 + 1 + 16 + 16
+
+    public var sequence: UInt64
+    public var size: Int64
+
+    /// Parses untrusted bytes: nil for an empty slot or anything no writer leaves (a copy is a hint,
+    /// never an error: a torn slot leaves such bytes).
+    static func parse(_ d: UnsafeRawBufferPointer) -> TailCopyDescriptor? {
+        precondition(d.count >= size)
+        guard d[0] == 1, d[1..<4].allSatisfy({ $0 == 0 }), d[52..<64].allSatisfy({ $0 == 0 }) else { return nil }
+        let sequence = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 4, as: UInt64.self))
+        let size = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 12, as: UInt64.self))
+        guard size <= UInt64(SecureFile.maximumFileSize) else { return nil }
+        return TailCopyDescriptor(sequence: sequence, size: Int64(size))
+    }
+
+    /// Writes kind, sequence and size, and zeros where the seal and the reserved bytes go.
+    func write(into d: UnsafeMutableRawPointer) {
+        d.initializeMemory(as: UInt8.self, repeating: 0, count: Self.size)
+        d.storeBytes(of: 1, as: UInt8.self)
+        d.storeBytes(of: sequence.bigEndian, toByteOffset: 4, as: UInt64.self)
+        d.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 12, as: UInt64.self)
+    }
+
+    /// AAD = "ACSF tail" ‖ file ID ‖ u64 sequence ‖ u64 size ‖ u8 slot ‖ chunk copy's tag (zeros
+    /// when there is none) ‖ trailer copy's tag.
+    func writeAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, slot: Int,
+                  chunkTag: UnsafeRawPointer?, trailerTag: UnsafeRawPointer) {
+        let label = Array("ACSF tail".utf8)
+        label.withUnsafeBytes { out.copyMemory(from: $0.baseAddress!, byteCount: 9) }
+        (out + 9).copyMemory(from: fileID, byteCount: 16)
+        (out + 25).storeBytes(of: sequence.bigEndian, as: UInt64.self)
+        (out + 33).storeBytes(of: UInt64(size).bigEndian, as: UInt64.self)
+        (out + 41).storeBytes(of: UInt8(slot), as: UInt8.self)
+        if let chunkTag { (out + 42).copyMemory(from: chunkTag, byteCount: FileLayout.tagSize) } else {
+            (out + 42).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.tagSize)
+        }
+        (out + 58).copyMemory(from: trailerTag, byteCount: FileLayout.tagSize)
+    }
 }

@@ -256,6 +256,20 @@ public final class SecureFile: @unchecked Sendable {
         }
     }
 
+    /// The end was taken from a tail copy when the file was opened (version 4, after a power loss
+    /// tore the end or the chunk the copy holds, or tampering there): the file is as it was at the
+    /// last `fsync`/`fdatasync` that wrote the copy, every byte after that end is reported in
+    /// `bytesAfterAuthenticatedEnd`, and the next change writes the copy back in place. True
+    /// until then; never silent (docs/FORMAT.md "Tail copies").
+    public var endRestoredFromTailCopy: Bool {
+        get throws(SecureFileError) {
+            try locked(.none) { (s: SharedFile) throws(SecureFileError) -> Bool in
+                try s.verifyTrailerIfNeeded()
+                return s.restoredTail != nil
+            }
+        }
+    }
+
     /// Takes `size` as the end of a file whose end does not authenticate: a trailer for `size` is
     /// sealed at its place, the file is cut after it, and changes are accepted again. Chunks below
     /// `size` are not checked (the caller restores the ones it knows were being written; any other

@@ -12,6 +12,17 @@ extension SharedFile {
         guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
         let last = first + Int64(count) - 1
         if last == diskChunks - 1 { try verifyTrailerIfNeeded() }
+        if last == restoredChunkIndex {
+            // The last chunk is in its tail copy until the next change writes it back in place.
+            if count > 1 { try readChunksFromDisk(first: first, count: count - 1, destination: destination) }
+            let length = layout.chunkLength(last, size: diskSize)
+            let buf = ensureScratch(length + layout.chunkOverhead)
+            guard try readRestoredChunk(into: buf, count: length + layout.chunkOverhead),
+                  openChunk(buf, index: last, length: length, into: destination(last), cipher: cipher) else {
+                throw .ace(.badKeyOrCorruptData, "\(path): chunk \(last) (its tail copy) failed authentication")
+            }
+            return
+        }
         let physical = layout.physicalChunkSize
         let lastLength = layout.chunkLength(last, size: diskSize)
         let total = (count - 1) * physical + lastLength + layout.chunkOverhead
@@ -99,15 +110,20 @@ extension SharedFile {
         }
     }
 
-    /// `header`'s bytes followed by the sealed trailer of an empty file, composed in the scratch
-    /// memory (valid until its next use): what starts a file, written with one `pwrite`.
-    func headerAndEmptyTrailer(_ header: FileHeader) throws(SecureFileError) -> UnsafeRawBufferPointer {
+    /// What starts a file with `header` (or a new generation), composed in the scratch memory (valid
+    /// until its next use): the bytes of the first sector — the header, then the empty file's
+    /// trailer (versions 1 to 3) or the first tail copy (version 4, whose trailer follows the slots)
+    /// — and, in version 4, the trailer to write at the data offset.
+    func newFileStart(_ header: FileHeader) throws(SecureFileError) -> (sector: UnsafeRawBufferPointer, trailer: UnsafeRawPointer?) {
         let encoded = header.encoded()
-        let count = encoded.count + layout.trailerSize
+        let tailCopies = header.layout.hasTailCopies
+        let trailerAt = encoded.count + (tailCopies ? TailCopyDescriptor.size : 0)
+        let count = trailerAt + layout.trailerSize
         let buf = ensureScratch(count)
         encoded.withUnsafeBytes { buf.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-        try sealTrailer(into: buf + encoded.count, size: 0)
-        return UnsafeRawBufferPointer(start: buf, count: count)
+        try sealTrailer(into: buf + trailerAt, size: 0)
+        if tailCopies { try writeFirstTailCopy(into: buf + encoded.count, trailer: buf + trailerAt) }
+        return (UnsafeRawBufferPointer(start: buf, count: count), tailCopies ? UnsafeRawPointer(buf + trailerAt) : nil)
     }
 
     func ensureScratch(_ bytes: Int) -> UnsafeMutableRawPointer {

@@ -93,6 +93,7 @@ extension SharedFile {
             tailVerified = false
             tailFailure = nil
             pendingTailRepair = nil
+            restoredTail = nil
             bytesAfterAuthenticatedEnd = 0
             do { try verifyTrailerIfNeeded() } catch { if error.code != .badKeyOrCorruptData { throw error } }
         }

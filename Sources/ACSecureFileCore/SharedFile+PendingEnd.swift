@@ -27,7 +27,7 @@ extension SharedFile {
     func recordPendingEnd(_ size: Int64) throws(SecureFileError) {
         if !layout.hasPendingEndRecord {
             guard layout.version == 2 else { return }
-            try upgradeHeaderToCurrentVersion()
+            try upgradeHeaderToVersion3()
         }
         try writePendingEndRecord(size)
     }
@@ -54,11 +54,11 @@ extension SharedFile {
 
     /// Version 2 → 3: chunks and trailers are the same; only the version (inside the wrap's AAD,
     /// so the data key is wrapped again under the same key) and the record's bytes change.
-    private func upgradeHeaderToCurrentVersion() throws(SecureFileError) {
+    private func upgradeHeaderToVersion3() throws(SecureFileError) {
         guard var upgraded = header, let dataKey else { throw .ace(.noKeys, "\(path): no key") }
         let kek: KeyEncryptionKey
         do { kek = try services.keyEncryptionKey(for: keySelection) } catch { throw .services(error, path) }
-        upgraded.layout = FileLayout(chunkShift: layout.chunkShift, version: FileLayout.currentVersion)
+        upgraded.layout = FileLayout(chunkShift: layout.chunkShift, version: 3)
         upgraded.pendingEnd = nil
         try upgraded.wrap(dataKey: dataKey, under: kek)
         let bytes = upgraded.encoded()

@@ -27,6 +27,7 @@ extension SharedFile {
         if let physicalSize { physical = physicalSize } else { physical = try checkIO(Sys.fileSize(ioFD), "statx") }
         // An interrupted change recorded where the file ends if it did not complete.
         if let pending = try pendingEndTakesPrecedence(physical: physical) {
+            if try takeTailCopyIfNeeded(mainSize: pending.size, lastChunkIntact: true, physical: physical) { return }
             adoptEnd(pending.end, size: pending.size, physical: physical)
             return
         }
@@ -35,6 +36,7 @@ extension SharedFile {
         if physical == end {
             switch try endAuthenticates(at: end, size: diskSize) {
             case .intact:
+                if try takeTailCopyIfNeeded(mainSize: diskSize, lastChunkIntact: true, physical: physical) { return }
                 tailVerified = true
                 return
             case .lastChunkFails: trailerOnly = true
@@ -42,15 +44,20 @@ extension SharedFile {
             }
         }
         if let (validEnd, validSize) = try findLastValidEnd(physical: physical) {
+            if try takeTailCopyIfNeeded(mainSize: validSize, lastChunkIntact: true, physical: physical) { return }
             adoptEnd(validEnd, size: validSize, physical: physical)
             return
         }
         if trailerOnly {
             // The length authenticates but the last chunk does not, and no earlier end does: the
-            // chunk itself was damaged. Reading it fails; the length stands.
+            // chunk itself was damaged (or its rewrite torn: then the last sync's copy has it).
+            if try takeTailCopyIfNeeded(mainSize: diskSize, lastChunkIntact: false, physical: physical) { return }
+            // Reading it fails; the length stands.
             tailVerified = true
             return
         }
+        // No end in place: the end of the last sync, if its copy is complete.
+        if try takeTailCopyIfNeeded(mainSize: nil, lastChunkIntact: false, physical: physical) { return }
         let failure = SecureFileError.ace(.badKeyOrCorruptData,
                                           "\(path): length check failed (file truncated, extended or damaged at its end)")
         tailFailure = failure
@@ -65,6 +72,7 @@ extension SharedFile {
         if cacheIndex >= diskChunks { dropCache() }
         dropReadCache()  // the end moved: its last chunk may be another length now
         pendingTailRepair = end < physical ? end : nil
+        restoredTail = nil
         bytesAfterAuthenticatedEnd = physical - end
         tailVerified = true
     }
@@ -106,12 +114,12 @@ extension SharedFile {
     /// checks, not one per byte.
     private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
         guard let cipher else { return nil }
-        let minimumEnd = Int64(FileLayout.headerSize + layout.trailerSize)
+        let minimumEnd = layout.dataOffset + Int64(layout.trailerSize)
         guard physical >= minimumEnd else { return nil }
         let physicalChunk = Int64(layout.physicalChunkSize)
         let lowestEnd = max(minimumEnd, physical - recoveryWindowBytes)
         // One chunk more than the trailers need, so the last chunk of the lowest end is in the buffer.
-        let from = max(Int64(FileLayout.headerSize), lowestEnd - Int64(layout.trailerSize) - physicalChunk)
+        let from = max(layout.dataOffset, lowestEnd - Int64(layout.trailerSize) - physicalChunk)
         let count = Int(physical - from)
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read")
@@ -134,7 +142,7 @@ extension SharedFile {
         // Candidate ends from the highest down, grouped by their last chunk `index`: first the end
         // of the full chunk, then the ends inside it (lengths 2^s-1 down to 1).
         let overhead = Int64(layout.chunkOverhead)
-        var index = (top - Int64(FileLayout.headerSize) - overhead - 1 - trailerSize) / physicalChunk
+        var index = (top - layout.dataOffset - overhead - 1 - trailerSize) / physicalChunk
         while index >= 0 {
             let chunkAt = layout.chunkOffset(index)
             let fullEnd = chunkAt + physicalChunk + trailerSize
@@ -192,6 +200,7 @@ extension SharedFile {
     /// Cuts off what an interrupted extension left after the last complete file, before the file changes.
     func repairTornTailIfNeeded() throws(SecureFileError) {
         guard let end = pendingTailRepair else { return }
+        try writeRestoredTailBack()
         try checkIO(Sys.ftruncate(ioFD, end), "truncate torn tail")
         pendingTailRepair = nil
         bytesAfterAuthenticatedEnd = 0
@@ -201,6 +210,7 @@ extension SharedFile {
     /// and authenticate the end again (a failure to do so is kept in `tailFailure`).
     func resynchronizeAfterFailedWrite() {
         tailVerified = false
+        restoredTail = nil
         dropReadCache()
         if case .success(let physical) = Sys.fileSize(ioFD) {
             diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize

@@ -15,6 +15,7 @@ import ACSystemCalls
 extension SharedFile {
     func truncate(to length: Int64) throws(SecureFileError) {
         try settleCut()
+        tailCopyStale = true
         if length == 0, hasHeader, tailFailure != nil || size > 0 || diskSize > 0 || pendingTailRepair != nil {
             // Emptying a file starts a new generation (new file ID and data key): no chunk of the old
             // contents authenticates in the new file, and the nonce budget starts afresh. A file
@@ -47,7 +48,7 @@ extension SharedFile {
                 // way. Version 1 files have no record: they first cut after the chunk.
                 let chunkEnd = min(diskSize, (lastIndex + 1) << shift)
                 let announced = chunkEnd < diskSize && layout.version >= 2  // (version 2 becomes 3 as it records)
-                if announced { try recordPendingEndDurably(length) } else if chunkEnd < diskSize { try cut(to: chunkEnd) }
+                if !announced && chunkEnd < diskSize { try cut(to: chunkEnd) }
                 work.wipe()
                 try readChunksFromDisk(first: lastIndex, count: 1) { _ in self.workBase }
                 let lastLength = Int(length - lastIndex << shift)
@@ -61,6 +62,15 @@ extension SharedFile {
                 work.wipe()
                 try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)
                 try changeDisk(length) { () throws(SecureFileError) in
+                    // On the device before the chunk is rewritten: the record, when chunks follow it
+                    // (the old end still authenticates around the rewritten chunk: the record tells a
+                    // reader the cut was under way), and in version 4 the new end's tail copy (the
+                    // rewrite is of synced bytes in place: a torn one is completed from the copy).
+                    if announced { try recordPendingEnd(length) }
+                    if layout.hasTailCopies { try writeTailCopy(size: length, sealedEnd: buf) }
+                    if announced && layout.hasPendingEndRecord || layout.hasTailCopies {
+                        try orderingBarrier("the pending end and the tail copy before the shortened chunk")
+                    }
                     try checkIO(Sys.pwriteFull(ioFD, buf, bytes, layout.chunkOffset(lastIndex)), "write")
                     // The chunk and its trailer on the device before the cut: cut first, the chunk
                     // would end in its old bytes with no trailer.
@@ -88,7 +98,7 @@ extension SharedFile {
         let newKey: SecureBytes
         do { newKey = try SecureBytes(randomCount: 32) } catch { throw .crypto(error, "\(path): data key") }
         // A new generation is a new file: a version 1 file becomes a current-version file here.
-        let newLayout = FileLayout(chunkShift: layout.chunkShift)
+        let newLayout = FileLayout.forNewFile(chunkShift: layout.chunkShift)
         var newHeader = try FileHeader.create(layout: newLayout, kek: kek, dataKey: newKey)
         let newCipher: ChunkKeys
         do { newCipher = try ChunkKeys(dataKey: newKey, selectors: newLayout.selectorSize > 0) } catch {
@@ -104,21 +114,27 @@ extension SharedFile {
         header = newHeader
         keyGeneration = services.keyGeneration
         newHeader.pendingEnd = 0
-        let bytes = try headerAndEmptyTrailer(newHeader)
+        let start = try newFileStart(newHeader)
         tailFailure = nil
         pendingTailRepair = nil
+        restoredTail = nil
         bytesAfterAuthenticatedEnd = 0
         pendingEndRecorded = 0
         try changeDisk(0) { () throws(SecureFileError) in
-            try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
+            try checkIO(Sys.pwriteFull(ioFD, start.sector.baseAddress!, start.sector.count, 0), "write header")
             // The new header on the device before the cut: cut first, the old header would be
-            // left over 32 bytes of its first chunk, with no end at all.
+            // left over 32 bytes of its first chunk, with no end at all. (Version 4: the header's
+            // sector holds the empty file's tail copy, so the trailer after the slots, which lands
+            // on old bytes, waits for the barrier too.)
             try orderingBarrier("the new header before the cut")
-            try checkIO(Sys.ftruncate(ioFD, Int64(bytes.count)), "truncate")
+            if let trailer = start.trailer {
+                try checkIO(Sys.pwriteFull(ioFD, trailer, layout.trailerSize, layout.dataOffset), "write the empty trailer")
+            }
+            try checkIO(Sys.ftruncate(ioFD, layout.physicalSize(forPlaintextSize: 0)), "truncate")
         }
         // Until the cut is on the device, a later change landing without it leaves the new end among
         // old-generation bytes: the recovery scan finds it only within its window of the old end.
-        cutSettlement = oldPhysical.map { $0 <= Int64(FileLayout.headerSize) + recoveryWindowBytes } == true ? .clearRecord : .barrierFirst
+        cutSettlement = oldPhysical.map { $0 <= newLayout.dataOffset + recoveryWindowBytes } == true ? .clearRecord : .barrierFirst
         size = 0
     }
 
@@ -149,6 +165,7 @@ extension SharedFile {
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
             try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
+            try writeTailCopy(size: length)
             try orderingBarrier("the new trailer before the cut")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }

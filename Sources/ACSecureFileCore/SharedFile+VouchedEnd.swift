@@ -32,6 +32,7 @@ extension SharedFile {
         try writeTrailerAndCut(to: vouched)
         tailFailure = nil
         pendingTailRepair = nil
+        restoredTail = nil
         bytesAfterAuthenticatedEnd = 0
         size = vouched
         if end < physical { cutSettlement = .barrierFirst }

@@ -213,6 +213,8 @@ extension SharedFile {
                 readCacheDrop(from: i)
                 throw error
             }
+            // The last sync's tail copy no longer describes the end once this reaches the disk.
+            if lastIndex >= diskSize >> Int64(layout.chunkShift) { tailCopyStale = true }
             do {
                 try repairTornTailIfNeeded()
                 let start = layout.chunkOffset(i)
@@ -222,7 +224,7 @@ extension SharedFile {
                     // write. If it is not this batch's last chunk, the end check could not tell
                     // that write is missing (the new end authenticates without it): the header
                     // records the old end first (SharedFile+PendingEnd.swift).
-                    let trailerChunk = (oldEnd - Int64(layout.trailerSize) - Int64(FileLayout.headerSize)) / Int64(physical)
+                    let trailerChunk = (oldEnd - Int64(layout.trailerSize) - layout.dataOffset) / Int64(physical)
                     if trailerChunk < lastIndex { try recordPendingEnd(diskSize) }
                     // Beyond the old end first (it ends with the new trailer), then the rest: the old
                     // trailer and last chunk stay intact until the new ones are complete.

@@ -71,6 +71,17 @@ final class SharedFile: @unchecked Sendable {
     var pendingTailRepair: Int64?
     /// How many bytes follow the authenticated end (0 normally): an interrupted extension, or tampering.
     var bytesAfterAuthenticatedEnd: Int64 = 0
+    /// The newest tail copy's sequence number on disk, as far as this process knows (version 4:
+    /// `SharedFile+TailCopy.swift`); the next copy gets the next number and the other slot.
+    var tailCopySequence: UInt64 = 0
+    /// The file changed at or after its last chunk since the newest tail copy: the next sync writes one.
+    var tailCopyStale = true
+    /// The tail copies were consulted at the first check of the end (a power loss can only have hit
+    /// the file before this process opened it).
+    var tailCopiesChecked = false
+    /// The end was taken from a tail copy: its last chunk is read from the copy until the next
+    /// change writes it back in place (`repairTornTailIfNeeded`).
+    var restoredTail: RestoredTail?
     /// The pending end the header on disk records, as far as this process knows (nil: none):
     /// `SharedFile+PendingEnd.swift`.
     var pendingEndRecorded: Int64?
@@ -260,6 +271,7 @@ final class SharedFile: @unchecked Sendable {
     /// survives a power loss with the data (a failure fails the sync, which tries it again next time).
     func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
         try flushRun()
+        try writeTailCopyIfNeeded()
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")
         case .data: try checkIO(Sys.fdatasync(ioFD), "fdatasync")
@@ -298,8 +310,11 @@ final class SharedFile: @unchecked Sendable {
         self.dataKey = dataKey
         header = newHeader
         keyGeneration = services.keyGeneration
-        let bytes = try headerAndEmptyTrailer(newHeader)
-        try checkIO(Sys.pwriteFull(ioFD, bytes.baseAddress!, bytes.count, 0), "write header")
+        let start = try newFileStart(newHeader)
+        try checkIO(Sys.pwriteFull(ioFD, start.sector.baseAddress!, start.sector.count, 0), "write header")
+        if let trailer = start.trailer {
+            try checkIO(Sys.pwriteFull(ioFD, trailer, layout.trailerSize, layout.dataOffset), "write the empty trailer")
+        }
         size = 0
         diskSize = 0
         tailVerified = true

@@ -55,6 +55,12 @@ enum SecureFileIO {
     }
 
     private static func readAll(_ file: SecureFile) throws -> Data {
+        // A whole-file read has no way to say "this is the file as at its last sync, not all of
+        // it": an end restored from the tail copy (a power loss or tampering) is an error here,
+        // as a damaged end was before tail copies; SecureFile and ACFileHandle read the restored file.
+        if try file.endRestoredFromTailCopy {
+            throw SecureFileError.ace(.badKeyOrCorruptData, "\(file.path): its end did not authenticate and was restored from its last sync's tail copy (a power loss or tampering); read it with ACFileHandle to take the restored contents")
+        }
         let size = try file.size
         guard let count = Int(exactly: size) else { throw SecureFileError.ace(.lowMemory, "\(file.path): \(size) bytes do not fit in memory") }
         var data = Data(count: count)

@@ -276,6 +276,13 @@ static int acsqlAdoptEndFromHotJournal(int fd, const char *path) {
 
 static int acsqlCheckEnd(int fd, const char *path, int isDatabase) {
     if (ACSecureFileLastError(fd) != ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR) return SQLITE_OK;
+    if (ACSecureFileEndRestored(fd) == 1) {
+        /* What a power loss leaves when it tore the end (or someone cut it): the file as at its last
+         * sync, from which SQLite's own recovery (a hot journal, the WAL) goes on. */
+        sqlite3_log(SQLITE_WARNING, "acsecure: %s: its end did not authenticate and was restored from its last sync's tail copy (%lld bytes after it ignored)",
+                    path, (long long)ACSecureFileRecoveredBytes(fd));
+        return SQLITE_OK;
+    }
     off_t recovered = ACSecureFileRecoveredBytes(fd);
     if (recovered > 0) {
         sqlite3_log(SQLITE_NOTICE, "acsecure: %s: an interrupted write was recovered: the %lld bytes after its last authenticated end are ignored",

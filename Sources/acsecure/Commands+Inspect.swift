@@ -99,6 +99,10 @@ func authenticateLength(_ file: SecureFile, path: BytePath) throws(CLIError) -> 
         // The engine authenticates the length at open and reports anything after the authenticated
         // end (a torn write or appended bytes), which reads never return.
         let extra = try file.bytesAfterAuthenticatedEnd
+        if try file.endRestoredFromTailCopy {
+            let after = extra > 0 ? "; \(counted(extra, "byte")) after it" : ""
+            return .failed("\(path): the length does not authenticate in place: the end was restored from the last sync's tail copy\(after) (a power loss or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
+        }
         if extra > 0 {
             return .failed("\(path): \(counted(extra, "byte")) follow\(extra == 1 ? "s" : "") the authenticated end of the file (a torn write or tampering; \(ACErrorCode.badKeyOrCorruptData.name))")
         }

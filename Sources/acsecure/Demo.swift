@@ -105,7 +105,7 @@ struct Demo: ParsableCommand {
         let plainBytes = try readWhole(sample)
         let markerFound = contains(cipherBytes, Array(marker.utf8))
         let prefixFound = contains(cipherBytes, Array(plainBytes.prefix(32)))
-        let firstChunk = cipherBytes[FileLayout.headerSize..<(FileLayout.headerSize + 16)]
+        let firstChunk = cipherBytes[Int(layout.dataOffset)..<(Int(layout.dataOffset) + 16)]
         step(7, "ciphertext", "contains \"\(marker)\": \(markerFound ? "YES" : "no"); contains the plaintext's first 32 bytes: \(prefixFound ? "YES" : "no")")
         print("                   plaintext, first 16 bytes:  \(hex(Array(plainBytes.prefix(16))))")
         print("                   chunk 0 on disk (nonce, …): \(hex(Array(firstChunk)))")

@@ -241,6 +241,12 @@ func openSecure(_ path: BytePath, flags: Int32, mode: mode_t = 0o666, key: KeySe
     // A recovered interrupted write (or a rolled-back end) is never silent.
     let extra: Int64
     do { extra = try file.bytesAfterAuthenticatedEnd } catch { throw CLIError(error) }
+    let restored: Bool
+    do { restored = try file.endRestoredFromTailCopy } catch { throw CLIError(error) }
+    if restored {
+        let message = "acsecure: warning: \(path): its end was restored from the last sync's tail copy (a power loss or tampering)\n"
+        _ = message.withCString { Glibc.write(2, $0, strlen($0)) }
+    }
     if extra > 0 {
         let change = flags & O_ACCMODE == O_RDONLY ? "the next change of the file removes them" : "this change removes them"
         let message = "acsecure: warning: \(path): \(counted(extra, "byte")) after the authenticated end \(extra == 1 ? "is" : "are") ignored (an interrupted write, tampering, or an older end put back); \(change)\n"

@@ -117,9 +117,9 @@ final class ACSecureFileCAPITests: CAPITestCase {
             XCTAssertEqual(ACSecureFilePwrite(fd, "de", 2, 3), 2)
             XCTAssertEqual(ACSecureFtruncate(fd, 4), 0)
             SecureFileTesting.faultInjector = nil
-            // The shrink also puts its shortened chunk on the device before the cut (an ordering
-            // fdatasync, CutOrderTests).
-            XCTAssertEqual(syncs.withLock { $0 }, flag == O_DSYNC ? 4 : 3, "one \(call) per write and truncate")
+            // The shrink also puts its tail copy on the device before it rewrites the chunk, and the
+            // shortened chunk before the cut (two ordering fdatasyncs, CutOrderTests).
+            XCTAssertEqual(syncs.withLock { $0 }, flag == O_DSYNC ? 5 : 3, "one \(call) per write and truncate")
             SecureFileTesting.faultInjector = { c in c == call ? .fail(EIO) : nil }
             assertFails(ACSecureFileWrite(fd, "f", 1), errno: EIO)
             SecureFileTesting.faultInjector = nil

@@ -14,11 +14,12 @@ final class FormatVectorTests: XCTestCase {
     /// The published KEK of the vectors (never a real key).
     static let kekHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
     static let sizes: [(name: String, size: Int)] = [("empty", 0), ("one-byte", 1), ("one-chunk", 4096), ("chunk-plus-one", 4097), ("multi-chunk", 10_000)]
-    /// Version 3 vectors (the current format) at the top, the version 2 and version 1 vectors
-    /// (written before version 3 and 2 existed, never regenerated) in `v2/` and `v1/`: all must keep
+    /// Version 4 vectors (the current format) at the top, the version 3, 2 and 1 vectors (written
+    /// before the next version existed, never regenerated) in `v3/`, `v2/` and `v1/`: all must keep
     /// decoding.
     static let vectors: [(name: String, size: Int, version: Int)] =
-        sizes.map { ($0.name, $0.size, 3) } + sizes.map { ("v2/" + $0.name, $0.size, 2) } + sizes.map { ("v1/" + $0.name, $0.size, 1) }
+        sizes.map { ($0.name, $0.size, 4) } + sizes.map { ("v3/" + $0.name, $0.size, 3) }
+        + sizes.map { ("v2/" + $0.name, $0.size, 2) } + sizes.map { ("v1/" + $0.name, $0.size, 1) }
 
     static var directory: String {
         let file = "\(#filePath)"
@@ -38,7 +39,7 @@ final class FormatVectorTests: XCTestCase {
     }
 
     /// Tests/ACSecureVectorWriter (which regenerates the committed vectors) writes files that mean
-    /// what the committed ones mean: same names and sizes, format version 3, the published plaintext
+    /// what the committed ones mean: same names and sizes, format version 4, the published plaintext
     /// under the published KEK, and a `multi-chunk` whose chunks name three selectors.
     func testVectorWriterWritesWhatTheCommittedVectorsHold() throws {
         guard let writer = ChildProcess.builtExecutable("ACSecureVectorWriter") else {
@@ -54,10 +55,11 @@ final class FormatVectorTests: XCTestCase {
             XCTAssertEqual(written.count, committed.count, v.name)
             XCTAssertNotEqual(written, committed, "\(v.name): fresh nonces, so fresh bytes")
             XCTAssertEqual(try IndependentDecoder.decrypt(written, kek: Self.kek()), Self.plaintext(v.size), v.name)
-            XCTAssertEqual(try SecureFileSystem.info(out.path(v.name + ".acsf")).formatVersion, 3, v.name)
+            XCTAssertEqual(try SecureFileSystem.info(out.path(v.name + ".acsf")).formatVersion, 4, v.name)
         }
         let multi = readWholeFile(out.path("multi-chunk.acsf"))
-        XCTAssertEqual(Set((0..<3).map { Array(multi[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }).count, 3)
+        let first = Int(FileLayout().dataOffset)
+        XCTAssertEqual(Set((0..<3).map { Array(multi[first + $0 * 4128..<first + $0 * 4128 + 4]) }).count, 3)
     }
 
     func testEngineReadsTheVectors() throws {
@@ -70,12 +72,13 @@ final class FormatVectorTests: XCTestCase {
         }
     }
 
-    /// The v3 and v2 `multi-chunk` vectors were written in three opens: their chunks name three
+    /// The v4, v3 and v2 `multi-chunk` vectors were written in three opens: their chunks name three
     /// different selectors, so a decoder that derived one key per file would fail them.
     func testMultiChunkVectorUsesSeveralSelectors() throws {
-        for name in ["multi-chunk", "v2/multi-chunk"] {
+        for (name, version) in [("multi-chunk", UInt16(4)), ("v3/multi-chunk", 3), ("v2/multi-chunk", 2)] {
             let bytes = readWholeFile(Self.directory + "/\(name).acsf")
-            let selectors = (0..<3).map { Array(bytes[128 + $0 * 4128..<128 + $0 * 4128 + 4]) }
+            let first = Int(FileLayout(version: version).dataOffset)
+            let selectors = (0..<3).map { Array(bytes[first + $0 * 4128..<first + $0 * 4128 + 4]) }
             XCTAssertEqual(Set(selectors).count, 3, name)
         }
     }
@@ -128,17 +131,41 @@ final class FormatVectorTests: XCTestCase {
         XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), [9, 9])
     }
 
+    /// A version 3 file (no tail copies: its chunks start after the header) keeps its version when
+    /// it is modified and synced, and becomes version 4 when emptied (a new generation).
+    func testVersion3FilesStayVersion3WhenModifiedAndBecomeVersion4WhenEmptied() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v3")
+        writeWholeFile(path, readWholeFile(Self.directory + "/v3/multi-chunk.acsf"))
+        let services = FixedKeyProvider(kek: try Self.kek())
+        let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: services)
+        try f.write([UInt8](repeating: 7, count: 5000))
+        try f.sync()
+        try f.truncate(to: 12_345)
+        try f.sync()
+        try f.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 3)
+        XCTAssertEqual(readWholeFile(path).count, Int(FileLayout(version: 3).physicalSize(forPlaintextSize: 12_345)))
+        let again = try SecureFile.open(path, flags: O_RDWR, services: services)
+        XCTAssertEqual(try again.readAll(), Self.plaintext(10_000) + Array(repeating: 7, count: 2_345))
+        try again.truncate(to: 0)
+        try again.write([1, 2, 3])
+        try again.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 4)
+        XCTAssertEqual(try IndependentDecoder.decrypt(readWholeFile(path), kek: Self.kek()), [1, 2, 3])
+    }
+
     /// A version this build does not know fails with a clear version error.
     func testUnknownVersionIsRefusedByName() throws {
         let env = try TestEnvironment()
         let path = env.path("v4.acsf")
         var bytes = readWholeFile(Self.directory + "/one-byte.acsf")
-        bytes[5] = 4
+        bytes[5] = 5
         writeWholeFile(path, bytes)
         XCTAssertThrowsError(try SecureFile.open(path, flags: O_RDONLY, services: FixedKeyProvider(kek: Self.kek()))) { error in
             let e = error as? SecureFileError
             XCTAssertEqual(e?.code, .badKeyOrCorruptData)
-            XCTAssertTrue(e?.message.contains("unsupported secure file version 4") ?? false, "\(String(describing: e))")
+            XCTAssertTrue(e?.message.contains("unsupported secure file version 5") ?? false, "\(String(describing: e))")
         }
     }
 
@@ -146,7 +173,7 @@ final class FormatVectorTests: XCTestCase {
     /// length (docs/FORMAT.md, "Size limit"), for every chunk size and version.
     func testLengthsBeyondTheSizeLimitAreInvalid() {
         for shift in FileLayout.chunkShiftRange {
-            for version in FileLayout.supportedVersions {
+            for version in FileLayout.supportedVersions where version < 4 || shift <= FileLayout.largestTailCopyChunkShift {
                 let layout = FileLayout(chunkShift: shift, version: version)
                 let largest = layout.physicalSize(forPlaintextSize: SecureFile.maximumFileSize)
                 XCTAssertEqual(layout.plaintextSize(forPhysicalSize: largest), SecureFile.maximumFileSize)
@@ -165,7 +192,7 @@ final class FormatVectorTests: XCTestCase {
     }
 
     func testIndependentDecoderRejectsEverySingleBitFlipOfASmallVector() throws {
-        for name in ["one-byte", "v2/one-byte", "v1/one-byte"] {
+        for name in ["one-byte", "v3/one-byte", "v2/one-byte", "v1/one-byte"] {
         let bytes = readWholeFile(Self.directory + "/\(name).acsf")
         let kek = try Self.kek()
         let plaintext = try IndependentDecoder.decrypt(bytes, kek: kek)
@@ -174,7 +201,24 @@ final class FormatVectorTests: XCTestCase {
             b[bit / 8] ^= 1 << (bit % 8)
             // The pending-end record (version 3, bytes 108..<128) is a hint, not authenticated: a
             // flip that keeps it well-formed must change nothing read (docs/FORMAT.md "Pending end").
-            if !name.hasPrefix("v"), (108..<128).contains(bit / 8), let decoded = try? IndependentDecoder.decrypt(b, kek: kek) {
+            // So are the tail copies (version 4, bytes 128 up to chunk 0): a damaged copy is only
+            // ever rejected, never taken, and the decoder does not read them. The engine's side of it
+            // is checked for the written part of slot 0 (its descriptor and trailer copy).
+            let dataOffset = Int(FileLayout().dataOffset)
+            if !name.hasPrefix("v"), (128..<dataOffset).contains(bit / 8) {
+                if bit / 8 >= 224 && bit % 64 != 0 { continue }  // slot bytes never written: a sample
+                XCTAssertEqual(try IndependentDecoder.decrypt(b, kek: kek), plaintext, "\(name): bit \(bit) (tail copy)")
+                if bit / 8 < 224, bit % 4 == 0 {
+                    let env = try TestEnvironment()
+                    writeWholeFile(env.path("flipped"), b)
+                    let f = try SecureFile.open(env.path("flipped"), flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
+                    XCTAssertEqual(try f.readAll(), plaintext, "\(name): bit \(bit), through the engine")
+                    XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0)
+                    try f.close()
+                }
+                continue
+            }
+            if !name.hasPrefix("v1"), !name.hasPrefix("v2"), (108..<128).contains(bit / 8), let decoded = try? IndependentDecoder.decrypt(b, kek: kek) {
                 XCTAssertEqual(decoded, plaintext, "\(name): bit \(bit) (pending-end record)")
                 // The engine agrees.
                 let env = try TestEnvironment()
@@ -216,13 +260,16 @@ enum IndependentDecoder {
         guard file.count >= 128 else { throw Invalid(why: "short") }
         let h = Array(file[0..<128])
         let version = u16(h, 4)
-        guard h[0..<4].elementsEqual("ACSF".utf8), (1...3).contains(version), u16(h, 6) == 128 else { throw Invalid(why: "header") }
+        guard h[0..<4].elementsEqual("ACSF".utf8), (1...4).contains(version), u16(h, 6) == 128 else { throw Invalid(why: "header") }
         // From version 2: a 4-byte key selector before every chunk's and the trailer's nonce.
         let sel = version >= 2 ? 4 : 0
         let overhead = sel + 12 + 16
         guard file.count >= 128 + overhead else { throw Invalid(why: "short") }
         let shift = Int(h[8])
-        guard (9...20).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        guard (9...(version >= 4 ? 16 : 20)).contains(shift), (1...3).contains(h[9]), h[10..<16].allSatisfy({ $0 == 0 }) else { throw Invalid(why: "fields") }
+        // Version 4: two tail-copy slots (a 64-byte descriptor, a chunk's and a trailer's room each)
+        // between the header and chunk 0. A decoder of the file as written ignores them.
+        let first = 128 + (version >= 4 ? 2 * (64 + (1 << shift) + 2 * overhead) : 0)
         // Bytes 108..<128: zero, or in version 3 a pending-end record (kind 1, then a u64 size at 112).
         // Kind 0 is no record (its other bytes are not read); kind 1 has zero reserved bytes.
         var pendingEnd: Int?
@@ -256,18 +303,19 @@ enum IndependentDecoder {
         // A pending end whose trailer authenticates at its place, with bytes after it, is the end.
         if let x = pendingEnd, !ignoringPendingEnd {
             let n = x == 0 ? 0 : (x - 1) / chunk + 1
-            let end = 128 + x + n * overhead + overhead
+            let end = first + x + n * overhead + overhead
             if end < file.count, (try? decrypt(Array(file[0..<end]), key: kek, keyClass: keyClass, ignoringPendingEnd: true)) != nil {
                 return try decrypt(Array(file[0..<end]), key: kek, keyClass: keyClass, ignoringPendingEnd: true)
             }
         }
-        let body = file.count - 128 - overhead
+        guard file.count >= first + overhead else { throw Invalid(why: "short") }
+        let body = file.count - first - overhead
         let full = body / physical, rem = body % physical
         guard rem == 0 || rem > overhead else { throw Invalid(why: "length") }
         let chunks = full + (rem > 0 ? 1 : 0)
         var plaintext: [UInt8] = []
         for i in 0..<chunks {
-            let start = 128 + i * physical, n = start + sel
+            let start = first + i * physical, n = start + sel
             let length = (i == chunks - 1 && rem > 0) ? rem - overhead : chunk
             let aad = fileID + (0..<8).reversed().map { UInt8(truncatingIfNeeded: UInt64(i) >> (8 * UInt64($0))) }
             plaintext += try gcmOpen(key(at: start), nonce: Array(file[n..<n + 12]), aad: aad,

@@ -74,7 +74,7 @@ final class MultiProcessWriterTests: XCTestCase {
         let path = env.path("late")
         // A read-only creating open of a missing file creates it (with its header): it reads as empty.
         let reader = try SecureFile.open(path, flags: O_RDONLY | O_CREAT, services: env.services, sharing: .processes)
-        XCTAssertEqual(fileSize(path), 160)
+        XCTAssertEqual(fileSize(path), FileLayout().physicalSize(forPlaintextSize: 0))
         XCTAssertEqual(try reader.size, 0)
         let other = try SecureServices(appID: "com.example.multiwriter", storeDirectory: env.directory + "/store", argonCost: .minimum)
         let writer = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: other, sharing: .processes)

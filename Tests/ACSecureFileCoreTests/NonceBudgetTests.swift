@@ -16,7 +16,7 @@ final class NonceBudgetTests: XCTestCase {
         defer { close(fd) }
         return (0..<chunks).map { i in
             var s: UInt32 = 0
-            _ = withUnsafeMutableBytes(of: &s) { Glibc.pread(fd, $0.baseAddress, 4, off_t(128 + i * 4128)) }
+            _ = withUnsafeMutableBytes(of: &s) { Glibc.pread(fd, $0.baseAddress, 4, off_t(FileLayout().chunkOffset(Int64(i)))) }
             return UInt32(bigEndian: s)
         }
     }
@@ -79,7 +79,7 @@ final class NonceBudgetTests: XCTestCase {
         try f.pwrite([UInt8](repeating: 5, count: 8192), at: 0)
         try f.close()
         var raw = readWholeFile(path)
-        raw[128 + 4128 + 3] ^= 1
+        raw[Int(FileLayout().chunkOffset(1)) + 3] ^= 1
         writeWholeFile(path, raw)
         let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
         XCTAssertEqual(try g.pread(count: 4096, at: 0), [UInt8](repeating: 5, count: 4096))

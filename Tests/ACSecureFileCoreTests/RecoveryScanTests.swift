@@ -51,10 +51,10 @@ final class RecoveryScanTests: XCTestCase {
         let checks = SecureFileTesting.recoveryTrailerChecks - before
         XCTAssertLessThanOrEqual(checks, (1 << 20) / 4096 + 2 + 8, "GCM checks for a damaged end: \(checks)")
         XCTAssertGreaterThan(checks, 0, "the scan ran")
-        // Semantics unchanged: no end authenticates, so the file refuses changes.
-        XCTAssertThrowsError(try g.pwrite([1], at: 0)) { e in
-            XCTAssertEqual((e as? SecureFileError)?.code, .badKeyOrCorruptData)
-        }
+        // No end authenticates in place: the file is taken back to its last sync's tail copy (here
+        // its creation: empty), reported.
+        XCTAssertTrue(try g.endRestoredFromTailCopy)
+        XCTAssertEqual(try g.size, 0)
         try g.close()
     }
 

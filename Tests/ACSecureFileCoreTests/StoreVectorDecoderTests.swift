@@ -90,8 +90,9 @@ final class StoreVectorDecoderTests: XCTestCase {
 
     /// Every single-bit flip of the group file and of the wrapped file is rejected; of the app file
     /// (5 224 bytes), every bit of the header, of the trailer and of every 8th byte elsewhere. The
-    /// one exception is the pending-end record (header bytes 108..<128, version 3): a hint, not
-    /// authenticated; a flip that leaves it well-formed must decode to exactly the same plaintext.
+    /// exceptions are the pending-end record (header bytes 108..<128, version 3) and the tail-copy
+    /// slots (version 4, bytes 128 up to chunk 0): hints, not read as the file; a flip that leaves the
+    /// record well-formed, and any flip in a slot, must decode to exactly the same plaintext.
     func testEverySingleBitFlipOfTheStoreFilesIsRejected() throws {
         let seed = try IndependentDecoder.seed(fromSeedFile: try Self.vector("seed-protection-0"), passcode: nil)
         let files: [(String, [UInt8], UInt8)] = [("group.acsf", IndependentDecoder.lp("group-kek") + IndependentDecoder.lp(Self.groupID), 2),
@@ -101,12 +102,19 @@ final class StoreVectorDecoderTests: XCTestCase {
             let bytes = try Self.vector(name)
             let kek = try IndependentDecoder.kek(seed: seed, info: info)
             let plaintext = try IndependentDecoder.decrypt(bytes, key: kek, keyClass: keyClass)
+            // Version 4: two tail-copy slots (64 + 2^s + 64 bytes each) between the header and chunk 0.
+            let first = bytes[5] >= 4 ? 128 + 2 * (64 + (1 << Int(bytes[8])) + 64) : 128
             for byte in 0..<bytes.count where bytes.count < 1024 || byte < 128 || byte >= bytes.count - 32 || byte % 8 == 0 {
                 for bit in 0..<8 {
                     var b = bytes
                     b[byte] ^= 1 << bit
                     if (108..<128).contains(byte), let decoded = try? IndependentDecoder.decrypt(b, key: kek, keyClass: keyClass) {
                         XCTAssertEqual(decoded, plaintext, "\(name): byte \(byte) bit \(bit) (pending-end record)")
+                        continue
+                    }
+                    // The tail-copy slots (version 4) are not read by a decoder of the file as written.
+                    if (128..<first).contains(byte) {
+                        XCTAssertEqual(try IndependentDecoder.decrypt(b, key: kek, keyClass: keyClass), plaintext, "\(name): byte \(byte) bit \(bit) (tail copy)")
                         continue
                     }
                     XCTAssertThrowsError(try IndependentDecoder.decrypt(b, key: kek, keyClass: keyClass), "\(name): byte \(byte) bit \(bit)")

@@ -14,6 +14,8 @@ final class TamperSuiteTests: XCTestCase {
     static let chunk = 4096
     static let physicalChunk = chunk + 32  // format version 2: selector (4) ‖ nonce (12) ‖ ciphertext ‖ tag (16)
     static let header = 128
+    /// Where chunk 0 starts (format version 4: after the header and the two tail-copy slots).
+    static let data = Int(FileLayout().dataOffset)
     static let trailer = 32
 
     var env: TestEnvironment!
@@ -34,12 +36,14 @@ final class TamperSuiteTests: XCTestCase {
     }
 
     enum Verdict: Equatable { case intact, detected }
-    var counts = (cases: 0, detectedOnOpen: 0, detectedOnRead: 0, detectedAfterEnd: 0)
+    var counts = (cases: 0, detectedOnOpen: 0, detectedOnRead: 0, detectedAfterEnd: 0, restored: 0)
 
     /// Stores `raw` as a file and reads it back through the engine, chunk by chunk.
     /// - Returns: `.intact` when everything read back equals `plaintext` with the right size,
-    ///   `.detected` when open or some read failed with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, or when the
-    ///   engine reports bytes after the authenticated end (which reads never return).
+    ///   `.detected` when open or some read failed with ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR, when the
+    ///   engine reports bytes after the authenticated end (which reads never return), or when it
+    ///   reports the end restored from a tail copy (then the file reads as a prefix of `plaintext`:
+    ///   as it was at its last sync, here its creation, so empty, unless the test synced it).
     ///   Any other error, or any wrong byte, is a test failure.
     func readBack(_ raw: [UInt8], expecting plaintext: [UInt8], _ what: @autoclosure () -> String,
                   file: StaticString = #filePath, line: UInt = #line) -> Verdict {
@@ -54,6 +58,7 @@ final class TamperSuiteTests: XCTestCase {
             return .detected
         }
         defer { try? f.close() }
+        let restored = (try? f.endRestoredFromTailCopy) ?? false
         var failed = false
         var offset = 0
         // Chunk-sized reads past the end too, so an EOF that is not authenticated would show.
@@ -62,7 +67,7 @@ final class TamperSuiteTests: XCTestCase {
                 let got = try f.pread(count: Self.chunk, at: Int64(offset))
                 if got.isEmpty {
                     // An authenticated end of file: it must be the real one.
-                    if offset < plaintext.count {
+                    if offset < plaintext.count && !restored {
                         XCTFail("\(what()): the file ends (authenticated) at \(offset), not at \(plaintext.count)", file: file, line: line)
                     }
                     break
@@ -80,6 +85,10 @@ final class TamperSuiteTests: XCTestCase {
             offset += Self.chunk
         }
         if failed { counts.detectedOnRead += 1 }
+        if !failed, restored {
+            counts.restored += 1
+            return .detected
+        }
         // Bytes after the authenticated end are never read back, but the engine reports them.
         if !failed, let extra = try? f.bytesAfterAuthenticatedEnd, extra > 0 {
             counts.detectedAfterEnd += 1
@@ -146,7 +155,7 @@ final class TamperSuiteTests: XCTestCase {
             let chunks = (s.plaintext.count + Self.chunk - 1) / Self.chunk
             for c in 0..<chunks {
                 let length = min(Self.chunk, s.plaintext.count - c * Self.chunk)
-                let base = Self.header + c * Self.physicalChunk
+                let base = Self.data + c * Self.physicalChunk
                 var offsets = Array(0..<16) + Array((16 + length)..<(32 + length))  // selector, nonce, tag
                 offsets += [16, 17, 16 + length / 2, 16 + length - 1] + (0..<4).map { _ in 16 + Int.random(in: 0..<length, using: &rng) }
                 for o in Set(offsets).sorted() {
@@ -188,7 +197,7 @@ final class TamperSuiteTests: XCTestCase {
         for c in 0..<4 {
             let length = min(Self.chunk, plaintext.count - c * Self.chunk)
             var t = raw
-            t[Self.header + c * Self.physicalChunk + 20] ^= 0x40  // inside the ciphertext: as if torn there
+            t[Self.data + c * Self.physicalChunk + 20] ^= 0x40  // inside the ciphertext: as if torn there
             let path = env.path("repair-\(c)")
             writeWholeFile(path, t)
             let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
@@ -211,7 +220,7 @@ final class TamperSuiteTests: XCTestCase {
     }
 
     func physicalChunk(_ raw: [UInt8], _ c: Int) -> ArraySlice<UInt8> {
-        raw[(Self.header + c * Self.physicalChunk)..<(Self.header + (c + 1) * Self.physicalChunk)]
+        raw[(Self.data + c * Self.physicalChunk)..<(Self.data + (c + 1) * Self.physicalChunk)]
     }
 
     func testSwappedReorderedAndForeignChunksAreDetected() throws {
@@ -221,26 +230,26 @@ final class TamperSuiteTests: XCTestCase {
         for i in 0..<4 {
             for j in (i + 1)..<4 {
                 var t = raw
-                t.replaceSubrange((Self.header + i * Self.physicalChunk)..<(Self.header + (i + 1) * Self.physicalChunk), with: physicalChunk(raw, j))
-                t.replaceSubrange((Self.header + j * Self.physicalChunk)..<(Self.header + (j + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
+                t.replaceSubrange((Self.data + i * Self.physicalChunk)..<(Self.data + (i + 1) * Self.physicalChunk), with: physicalChunk(raw, j))
+                t.replaceSubrange((Self.data + j * Self.physicalChunk)..<(Self.data + (j + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
                 assertDetected(t, p, "chunks \(i) and \(j) swapped")
             }
             // The same index from another file (same key, same plaintext): the file ID in the AAD tells.
             var t = raw
-            t.replaceSubrange((Self.header + i * Self.physicalChunk)..<(Self.header + (i + 1) * Self.physicalChunk), with: physicalChunk(other, i))
+            t.replaceSubrange((Self.data + i * Self.physicalChunk)..<(Self.data + (i + 1) * Self.physicalChunk), with: physicalChunk(other, i))
             assertDetected(t, p, "chunk \(i) copied from another file at the same index")
             // A chunk duplicated over its neighbour.
             var d = raw
-            d.replaceSubrange((Self.header + ((i + 1) % 4) * Self.physicalChunk)..<(Self.header + ((i + 1) % 4 + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
+            d.replaceSubrange((Self.data + ((i + 1) % 4) * Self.physicalChunk)..<(Self.data + ((i + 1) % 4 + 1) * Self.physicalChunk), with: physicalChunk(raw, i))
             assertDetected(d, p, "chunk \(i) duplicated over chunk \((i + 1) % 4)")
         }
         // Rotation: 1 2 3 0.
-        var r = Array(raw[0..<Self.header])
+        var r = Array(raw[0..<Self.data])
         for c in [1, 2, 3, 0] { r += physicalChunk(raw, c) }
         r += raw.suffix(Self.trailer)
         assertDetected(r, p, "chunks rotated")
         // Dropping a whole chunk from the middle, trailer kept.
-        var dropped = Array(raw[0..<Self.header]) + physicalChunk(raw, 0) + physicalChunk(raw, 2) + physicalChunk(raw, 3)
+        var dropped = Array(raw[0..<Self.data]) + physicalChunk(raw, 0) + physicalChunk(raw, 2) + physicalChunk(raw, 3)
         dropped += raw.suffix(Self.trailer)
         assertDetected(dropped, p, "chunk 1 removed")
     }
@@ -282,7 +291,7 @@ final class TamperSuiteTests: XCTestCase {
         let raw = try encrypt(p, name: "a")
         var cuts = Set<Int>(1..<(Self.header + 40))
         for c in 0...3 {
-            let boundary = Self.header + c * Self.physicalChunk
+            let boundary = Self.data + c * Self.physicalChunk
             for d in -40...40 { cuts.insert(boundary + d) }
         }
         for d in 0...80 { cuts.insert(raw.count - d) }
@@ -334,7 +343,7 @@ final class TamperSuiteTests: XCTestCase {
             let g = try SecureFile.open(path, flags: flags, mode: 0o600, services: env.services)
             XCTAssertEqual(try g.size, 0, name)
             try g.close()
-            XCTAssertEqual(fileSize(path), 160, "\(name): a new secure file, header and empty trailer")
+            XCTAssertEqual(fileSize(path), FileLayout().physicalSize(forPlaintextSize: 0), "\(name): a new secure file, header and empty trailer")
         }
     }
 
@@ -344,7 +353,7 @@ final class TamperSuiteTests: XCTestCase {
     func testACreatedFileAppearsWithItsHeader() throws {
         let path = env.path("appears-whole")
         let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, mode: 0o640, services: env.services)
-        XCTAssertEqual(fileSize(path), 160)
+        XCTAssertEqual(fileSize(path), FileLayout().physicalSize(forPlaintextSize: 0))
         var st = stat()
         XCTAssertEqual(lstat(path, &st), 0)
         XCTAssertEqual(st.st_mode & 0o777, 0o640 & ~currentUmask())
@@ -394,20 +403,29 @@ final class TamperSuiteTests: XCTestCase {
             XCTAssertEqual(readBack(after, expecting: new, "\(what): rewritten"), .intact)
             // Old chunk 1 at its own position in the new file.
             var spliced = after
-            let at = Self.header + Self.physicalChunk
+            let at = Self.data + Self.physicalChunk
             spliced.replaceSubrange(at..<at + Self.physicalChunk, with: before[at..<at + Self.physicalChunk])
             XCTAssertEqual(readBack(spliced, expecting: new, "\(what): old-generation chunk spliced in"), .detected)
             unlink(path)
         }
     }
 
-    /// Issue 15 #1: a file cut at a chunk boundary plus a trailer's length opens, but no later write,
-    /// grow, hole fill or coordinated write may seal a fresh trailer over the cut.
+    /// Issue 15 #1: a file cut at a chunk boundary plus a trailer's length must never authenticate at
+    /// the cut. Version 4: the open reports it (`endRestoredFromTailCopy`, bytes after the end) and
+    /// takes the file back to the end of its last sync — its tail copy — and every change builds on
+    /// that end, never on the cut (issue 24: a power loss leaves the same bytes). Version 3 (no tail
+    /// copies): the cut file opens, but no later write, grow, hole fill or coordinated write may seal
+    /// a fresh trailer over it.
     func testTruncationIsNotLaunderedByLaterWrites() throws {
         let p = randomBytes(20_000, &rng)
-        let raw = try encrypt(p, name: "launder")
-        let cut = Array(raw[0..<(Self.header + 2 * Self.physicalChunk + Self.trailer)])
         let path = env.path("laundered")
+        // Synced at 10,000 bytes, then 10,000 more written (not synced), then cut after chunk 1.
+        let w = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, services: env.services)
+        try w.pwrite(Array(p[0..<10_000]), at: 0)
+        try w.sync()
+        try w.pwrite(Array(p[10_000...]), at: 10_000)
+        try w.close()
+        let cut = Array(readWholeFile(path)[0..<(Self.data + 2 * Self.physicalChunk + Self.trailer)])
         let attempts: [(String, (SecureFile) throws -> Void)] = [
             ("append", { _ = try $0.write([UInt8](repeating: 9, count: 9)) }),
             ("grow", { try $0.truncate(to: 30_000) }),
@@ -419,10 +437,34 @@ final class TamperSuiteTests: XCTestCase {
             for sharing in [SecureFile.Sharing.thisProcess, .processes] {
                 writeWholeFile(path, cut)
                 let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: env.services, sharing: sharing)
-                XCTAssertEqual(aceCode { try attempt(f) }, .badKeyOrCorruptData, "\(what) (\(sharing)) on a cut file must fail")
+                XCTAssertTrue(try f.endRestoredFromTailCopy, "\(what) (\(sharing)): the cut is reported")
+                XCTAssertEqual(try f.size, 10_000, "\(what) (\(sharing)): the end of the last sync, not the cut's 8,192")
+                XCTAssertNoThrow(try attempt(f), "\(what) (\(sharing))")
+                try f.close()
+                let back = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+                XCTAssertFalse(try back.endRestoredFromTailCopy)
+                XCTAssertEqual(try back.bytesAfterAuthenticatedEnd, 0)
+                let size = Int(try back.size)
+                XCTAssertNotEqual(size, 8192, "\(what) (\(sharing)): never sealed at the cut")
+                XCTAssertEqual(try back.pread(count: 100, at: 0).count, min(100, size))
+                if what == "append" {
+                    XCTAssertEqual(try back.readAll(), Array(p[0..<10_000]) + [UInt8](repeating: 9, count: 9), "\(what) (\(sharing))")
+                }
+                try back.close()
+            }
+        }
+        XCTAssertEqual(readBack(cut, expecting: p, "cut"), .detected)
+        // Version 3: every change refused, the file left as it was.
+        let kek = try FormatVectorTests.kek()
+        let v3 = readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf")
+        let v3Cut = Array(v3[0..<(Self.header + 2 * Self.physicalChunk + Self.trailer)])
+        for (what, attempt) in attempts {
+            for sharing in [SecureFile.Sharing.thisProcess, .processes] {
+                writeWholeFile(path, v3Cut)
+                let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: kek), sharing: sharing)
+                XCTAssertEqual(aceCode { try attempt(f) }, .badKeyOrCorruptData, "version 3: \(what) (\(sharing)) on a cut file must fail")
                 try? f.close()
-                XCTAssertEqual(readWholeFile(path), cut, "\(what) (\(sharing)) left the cut file as it was")
-                XCTAssertEqual(readBack(cut, expecting: p, "cut, after \(what)"), .detected)
+                XCTAssertEqual(readWholeFile(path), v3Cut, "version 3: \(what) (\(sharing)) left the cut file as it was")
             }
         }
         // Emptying it is allowed: nothing authentic is lost.
@@ -472,7 +514,7 @@ final class TamperSuiteTests: XCTestCase {
         // Mixing versions chunk by chunk IS detected only when the trailer/size disagree; same size
         // and chunk-wise mixing of the same file's versions is also a rollback of those chunks.
         var mixed = readWholeFile(path)
-        mixed.replaceSubrange(Self.header..<(Self.header + Self.physicalChunk), with: old[Self.header..<(Self.header + Self.physicalChunk)])
+        mixed.replaceSubrange(Self.data..<(Self.data + Self.physicalChunk), with: old[Self.data..<(Self.data + Self.physicalChunk)])
         var expectedMix = v1
         expectedMix.replaceSubrange(100..<(100 + Self.chunk), with: v2)
         expectedMix.replaceSubrange(0..<Self.chunk, with: v1[0..<Self.chunk])
@@ -495,8 +537,10 @@ final class TamperSuiteTests: XCTestCase {
             var windows = Set<[UInt8]>()
             for i in 0...(p.count - 16) { windows.insert(Array(p[i..<i + 16])) }
             var hits = 0
-            // Chunks and trailer (the header is not ciphertext: its reserved bytes are zeros by design).
-            for i in Self.header...(raw.count - 16) where windows.contains(Array(raw[i..<i + 16])) { hits += 1 }
+            // Chunks and trailer (the header is not ciphertext: its reserved bytes are zeros by design;
+            // nor are the tail-copy slots' unwritten bytes, zeros too; what a slot holds is a copy of
+            // chunk and trailer bytes, checked here in place).
+            for i in Self.data...(raw.count - 16) where windows.contains(Array(raw[i..<i + 16])) { hits += 1 }
             XCTAssertEqual(hits, 0, "plaintext \(n): \(hits) 16-byte plaintext windows found in the ciphertext")
             XCTAssertGreaterThan(raw.count, p.count)
         }
@@ -531,7 +575,7 @@ final class TamperSuiteTests: XCTestCase {
             if round % 2 == 0 { try f.pwrite(content, at: 0) } else { try f.pwrite([content[5]], at: 5) }
             try f.sync()
             let raw = readWholeFile(path)
-            nonces.insert(Array(raw[Self.header..<(Self.header + 12)]))
+            nonces.insert(Array(raw[Self.data..<(Self.data + 12)]))
             ciphertexts.insert(Array(physicalChunk(raw, 0).dropFirst(12)))
         }
         try f.close()

@@ -131,7 +131,7 @@ final class DataAndFileManagerTests: SecureFoundationTestCase {
         try Data("plain text file".utf8).write(to: URL(fileURLWithPath: path("plain")))
         assertError(ACErrorDomain, ACErrorBadKeyOrCorruptData) { _ = try Data(contentsOfSecureFile: self.path("plain")) }
         var raw = rawBytes(p)
-        raw[raw.count / 2] ^= 0x01
+        raw[Int(FileLayout().dataOffset) + 40] ^= 0x01  // inside chunk 0
         try raw.write(to: URL(fileURLWithPath: path("corrupt")))
         assertError(ACErrorDomain, ACErrorBadKeyOrCorruptData) { _ = try Data(contentsOfSecureFile: self.path("corrupt")) }
         // the underlying errno and the path travel with an ACErrorDomain error

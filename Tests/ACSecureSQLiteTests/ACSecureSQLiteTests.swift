@@ -146,19 +146,30 @@ final class ACSecureSQLiteTests: XCTestCase {
     }
 
     /// Issue 25: a database cut by whole on-disk chunks, to half, or into its trailer opened
-    /// silently as a shorter database. Its end does not authenticate, so the open is refused with
-    /// SQLITE_CORRUPT and the file is left as it is; bytes appended after an authenticated end (what
-    /// a crash in the middle of an extension leaves) are ignored and the database opens whole.
-    func testADatabaseWhoseEndDoesNotAuthenticateIsRefusedAtOpen() throws {
+    /// silently as a shorter database. Its end does not authenticate, so it is never read at the
+    /// cut's length: the engine restores the end of its last sync from the tail copy (issue 24: a
+    /// power loss leaves such ends; the VFS logs it), and SQLite either finds the database whole
+    /// (cut into its last chunk or trailer: the copy holds them) or fails every query (cut deeper:
+    /// the chunks the end needs are gone) — never a shorter table. Bytes appended after an
+    /// authenticated end (what a crash in the middle of an extension leaves) are ignored and the
+    /// database opens whole.
+    func testADatabaseWhoseEndDoesNotAuthenticateIsNeverReadAtTheCut() throws {
         let original = try makeDatabase("cut.db")
         let physicalChunk = 4096 + 32
         XCTAssertGreaterThan(original.count, 30 * physicalChunk)
-        let half = 128 + (original.count - 128 - 32) / physicalChunk / 2 * physicalChunk + 32
-        for cut in [physicalChunk, 2 * physicalChunk, original.count - half, 32, 1] {
+        let first = 128 + 2 * (64 + 4096 + 64)  // chunk 0: after the header and the two tail-copy slots
+        let half = first + (original.count - first - 32) / physicalChunk / 2 * physicalChunk + 32
+        for (cut, whole) in [(physicalChunk, false), (2 * physicalChunk, false), (original.count - half, false), (32, true), (1, true)] {
             let damaged = Array(original.prefix(original.count - cut))
             try writeBytes(directory + "/cut.db", damaged)
-            XCTAssertEqual(openCode("cut.db"), SQLITE_CORRUPT, "cut by \(cut) bytes")
-            XCTAssertEqual(readBytes(directory + "/cut.db"), damaged, "the refused database is left as it was")
+            let db = try open("cut.db", vfs: "acsecure")
+            let result = try? rows(db, "SELECT count(*) FROM t; PRAGMA integrity_check;")
+            sqlite3_close(db)
+            if whole {
+                XCTAssertEqual(result, [["2500"], ["ok"]], "cut by \(cut) bytes: restored whole from the tail copy")
+            } else {
+                XCTAssertNil(result, "cut by \(cut) bytes: every query fails")
+            }
         }
         try writeBytes(directory + "/cut.db", original + [UInt8](repeating: 0xA5, count: 100))
         let db = try open("cut.db", vfs: "acsecure")

@@ -26,9 +26,9 @@ final class SQLiteCrashStateTests: XCTestCase {
     }
 
     static let modes: [(mode: String, journal: String, expected: Expectation)] = [
-        ("wal", "-wal", .knownGap("issue 24 item 2: a -wal whose append was torn or reordered opens with every commit, but refuses the next write", sample: 7, full: 389)),
-        ("truncate", "-journal", .knownGap("issue 24 item 2: a torn or reordered journal append refuses the next write", sample: 6, full: 16)),
-        ("persist", "-journal", .knownGap("issue 24 item 2: as truncate", sample: 11, full: 566)),
+        ("wal", "-wal", .knownGap("issue 24 item 4: a -wal whose frames were rewritten in place, torn, opens with every commit, but its next write reads the torn chunk (disk I/O error)", sample: 8, full: 254)),
+        ("truncate", "-journal", .clean),
+        ("persist", "-journal", .knownGap("issue 24 item 4: as wal, for the journal PERSIST rewrites in place", sample: 8, full: 492)),
     ]
 
     private var temporary: TemporaryDirectory!

@@ -106,7 +106,7 @@ final class RekeyingTests: XCTestCase {
         XCTAssertEqual(after.count, before.count)
         // Every chunk's ciphertext changed (new data key, new nonces).
         let physical = 4096 + 32
-        var chunk = 0, offset = 128
+        var chunk = 0, offset = Int(FileLayout().dataOffset)
         while offset + physical <= after.count {
             XCTAssertFalse(after.withUnsafeBytes { a in before.withUnsafeBytes { b in memcmp(a.baseAddress! + offset, b.baseAddress! + offset, physical) == 0 } },
                            "chunk \(chunk)")
@@ -136,7 +136,7 @@ final class RekeyingTests: XCTestCase {
         XCTAssertEqual(aceCode { try SecureSharing.rotateDataKey(path, key: .group("g1"), services: a) }, .badKeyOrCorruptData)
         XCTAssertEqual(readPlain(path), before)
         // A damaged chunk stops the rotation and leaves the original (and no temporary file).
-        var bad = before; bad[128 + 4128 + 50] ^= 1
+        var bad = before; bad[Int(FileLayout().chunkOffset(1)) + 50] ^= 1
         writePlain(path, bad)
         XCTAssertEqual(aceCode { try SecureSharing.rotateDataKey(path, services: a) }, .badKeyOrCorruptData)
         XCTAssertEqual(readPlain(path), bad)

@@ -108,7 +108,8 @@ final class WrappedFileTests: XCTestCase {
         writePlain(env.path("src"), randomBytes(10_000, &rng))
         try ACWrappedFile.wrapFile(atPath: env.path("src"), toPath: env.path("w"), cryptoBlock: block, actualFileName: "n")
         let good = readPlain(env.path("w"))
-        for offset in [20, 40, 70, 128, 128 + 16 + 3, 128 + 4128 + 100, good.count - 5] {
+        let first = Int(FileLayout().dataOffset)  // chunk 0, after the header and the tail-copy slots
+        for offset in [20, 40, 70, first, first + 16 + 3, first + 4128 + 100, good.count - 5] {
             var bad = good
             bad[offset] ^= 0x40
             writePlain(env.path("bad"), bad)

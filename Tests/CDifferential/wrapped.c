@@ -233,10 +233,12 @@ int main(int argc, char **argv) {
     /* One flipped ciphertext byte (in the second chunk): no byte of the file is given out wrongly. */
     {
         int in = open(wrapped, O_RDONLY), out = open(tampered, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        static unsigned char raw[CONTENT_SIZE * 2];
+        static unsigned char raw[CONTENT_SIZE * 2 + 16384];
+        /* Chunk 1 starts after the header, the two tail-copy slots (format version 4) and chunk 0. */
+        enum { SECOND_CHUNK = 128 + 2 * (64 + 4096 + 64) + 4128 + 100 };
         ssize_t n = read(in, raw, sizeof raw);
-        CHECK(n > 6000, "wrapped file size %zd", n);
-        if (n > 6000) raw[6000] ^= 0x40;
+        CHECK(n > SECOND_CHUNK, "wrapped file size %zd", n);
+        if (n > SECOND_CHUNK) raw[SECOND_CHUNK] ^= 0x40;
         CHECK(write(out, raw, (size_t)n) == n, "writing the tampered copy");
         close(in);
         close(out);

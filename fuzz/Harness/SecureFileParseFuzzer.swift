@@ -15,8 +15,12 @@ import ACSecureServices
 /// `ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR`; anything else (other errors, wrong bytes, a wrong size that
 /// reads without error) is a finding. Crashes and hangs are caught by libFuzzer and ASan.
 ///
+/// A file whose end (or the chunk its tail copy holds) does not authenticate may instead be restored
+/// from a tail copy (version 4): then it must read as the file was at one of its syncs (the template
+/// was synced once at `syncedSize` bytes, and created empty), and say so (`endRestoredFromTailCopy`).
+///
 /// Input: byte 0 chooses the mode. Mode 0 takes the rest as the whole file. Other modes start from a
-/// valid two-chunk file (header ‖ 2 chunks ‖ trailer) and apply the rest as 4-byte edits: XOR a
+/// valid two-chunk file (header, tail-copy slots, 2 chunks, trailer) and apply the rest as 4-byte edits: XOR a
 /// byte, cut the file, append bytes (random or copied from the file), copy 32 bytes elsewhere, or
 /// move a whole physical chunk over another one.
 public enum SecureFileParseFuzzer {
@@ -34,6 +38,9 @@ public enum SecureFileParseFuzzer {
     static let physicalChunk = FileLayout().physicalChunkSize
     static let trailerSize = FileLayout().trailerSize
     static let chunkCount = 2
+    static let dataOffset = Int(FileLayout().dataOffset)
+    /// The template is synced once, at this size (inside chunk 0: its tail copy holds a short chunk).
+    static let syncedSize = 2000
 
     static var template: Template {
         if let cached { return cached }
@@ -50,7 +57,9 @@ public enum SecureFileParseFuzzer {
             let path = "/fuzz/" + name
             do {
                 let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, key: .app, services: provider)
-                _ = try plaintext.withUnsafeBytes { try f.pwrite($0, at: 0) }
+                _ = try plaintext.withUnsafeBytes { try f.pwrite(UnsafeRawBufferPointer(rebasing: $0[..<syncedSize]), at: 0) }
+                try f.sync()
+                _ = try plaintext.withUnsafeBytes { try f.pwrite(UnsafeRawBufferPointer(rebasing: $0[syncedSize...]), at: Int64(syncedSize)) }
                 try f.close()
             } catch {
                 fatalError("cannot write the template secure file: \(error)")
@@ -94,7 +103,7 @@ public enum SecureFileParseFuzzer {
                     b += (0..<Int(y)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ x) }
                 } else {
                     let index = x % chunkCount
-                    let start = 128 + index * physicalChunk
+                    let start = dataOffset + index * physicalChunk
                     b += t.other[start..<min(t.other.count, start + physicalChunk)]
                 }
             case 4:  // copy 32 bytes elsewhere in the file
@@ -106,7 +115,7 @@ public enum SecureFileParseFuzzer {
             default:  // a whole physical chunk from this or the other file over chunk y
                 let src = x & 0x100 != 0 ? t.other : t.file
                 let i = x % chunkCount, j = Int(y) % chunkCount
-                let from = 128 + i * physicalChunk, to = 128 + j * physicalChunk
+                let from = dataOffset + i * physicalChunk, to = dataOffset + j * physicalChunk
                 let n = min(physicalChunk, src.count - from, b.count - to)
                 guard n > 0 else { continue }
                 b.replaceSubrange(to..<to + n, with: src[from..<from + n])
@@ -124,6 +133,10 @@ public enum SecureFileParseFuzzer {
             return error.code == .badKeyOrCorruptData ? nil : FuzzFinding("open failed with \(error.code.name) errno \(error.errno): \(error.message)")
         }
         defer { try? f.close() }
+        let restored: Bool
+        do { restored = try f.endRestoredFromTailCopy } catch {
+            return error.code == .badKeyOrCorruptData ? nil : FuzzFinding("end check failed with \(error.code.name): \(error.message)")
+        }
         if fileBytes.isEmpty {
             // An empty file is a new secure file with no content.
             do {
@@ -154,8 +167,9 @@ public enum SecureFileParseFuzzer {
                     // End of file, authenticated by the trailer: it must be the real end.
                     let size: Int64
                     do { size = try f.size } catch { return FuzzFinding("size after end of file: \(error.code.name)") }
-                    return size == Int64(t.plaintext.count) && offset >= t.plaintext.count ? nil
-                        : FuzzFinding("authenticated end of file at \(offset) (size \(size)), the plaintext has \(t.plaintext.count) bytes")
+                    let end = restored ? [0, Int64(syncedSize)] : [Int64(t.plaintext.count)]
+                    return end.contains(size) && offset >= size ? nil
+                        : FuzzFinding("authenticated end of file at \(offset) (size \(size)\(restored ? ", restored from a tail copy" : "")), the plaintext has \(t.plaintext.count) bytes")
                 }
                 guard offset + n <= t.plaintext.count else {
                     return FuzzFinding("read \(n) bytes at \(offset), past the plaintext's \(t.plaintext.count) bytes")

@@ -62,6 +62,8 @@ no_temp_files() { ! ls -A "$1" | grep -qE 'acsecure-tmp|\.rotate-'; }
 # A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
 for i in $(seq 1 3000); do echo "line $i $MARKER secret payroll data"; done >plain.txt
 size=$(stat -c %s plain.txt)
+# Where chunk 0 starts: the 128-byte header, then (format version 4) two tail-copy slots of 64 + 4096 + 64 bytes.
+data=$((128 + 2 * (64 + 4096 + 64)))
 
 echo "cli: testing $bin in $work"
 
@@ -97,7 +99,7 @@ export ACSECURE_PASSCODE="$PASS1"
 run 0 "encrypt" encrypt plain.txt a.acsf
 clean_output "encrypt"
 expect "ciphertext does not contain the plaintext" bash -c "! grep -q '$MARKER' a.acsf"
-expect "ciphertext is header + chunks + trailer" test "$(stat -c %s a.acsf)" = $((128 + size + 32 * ((size + 4095) / 4096) + 32))
+expect "ciphertext is header + tail-copy slots + chunks + trailer" test "$(stat -c %s a.acsf)" = $((data + size + 32 * ((size + 4095) / 4096) + 32))
 run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
 expect "refusal names the file" grep -q "a.acsf" err
 run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
@@ -176,7 +178,7 @@ rm -rf "$bad_in" "$bad_secure" "$bad_secure.2" "$bad_out" "$work/$bad_store"
 
 # --- tampering: one bit in chunk 3, a truncation at a chunk boundary, a swap of two chunks
 cp a.acsf t.acsf
-off=$((128 + 3 * 4128 + 16 + 100))
+off=$((data + 3 * 4128 + 16 + 100))
 printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j$off -N1 t.acsf) ^ 1 )))" | dd of=t.acsf bs=1 seek=$off conv=notrunc status=none
 run 5 "verify a tampered file" verify a.acsf t.acsf
 expect "verify names chunk 3" grep -q "t.acsf: chunk 3 " out
@@ -190,7 +192,7 @@ expect "decrypt of a tampered file leaves no temp file" no_temp_files .
 cp a.acsf cut.acsf
 truncate -s $(( $(stat -c %s a.acsf) - 4128 )) cut.acsf
 run 5 "verify a file cut at a chunk boundary" verify cut.acsf
-expect "verify reports the length check" grep -q "length check failed" out
+expect "verify reports the end restored from the tail copy" grep -q "restored from the last sync's tail copy" out
 cp a.acsf junk.acsf
 printf 'JUNK-AFTER-THE-END' >> junk.acsf
 run 5 "verify a file with bytes appended" verify junk.acsf
@@ -199,12 +201,16 @@ run 0 "cat a file with bytes appended reads the authenticated content" cat junk.
 expect "cat of a file with bytes appended gives the plaintext" cmp -s out plain.txt
 expect "cat warns about the ignored bytes (never silent)" grep -q "warning: junk.acsf: 18 bytes after the authenticated end" err
 cp junk.acsf cutlaunder.acsf
-truncate -s $(( 128 + 2 * 4128 + 32 )) cutlaunder.acsf
+truncate -s $(( data + 2 * 4128 + 32 )) cutlaunder.acsf
 printf 'more' >appendme.txt
-STDIN=appendme.txt run 4 "append to a cut file is refused (the cut is not sealed over)" write --append cutlaunder.acsf
-run 5 "verify still fails after the refused append" verify cutlaunder.acsf
+# The cut is never sealed over: the file is taken back to its last sync's end (here its creation:
+# the cut went below the last sync's chunks), with a warning, and the append builds on that.
+STDIN=appendme.txt run 0 "append to a cut file builds on its last sync, not on the cut" write --append cutlaunder.acsf
+expect "the append warns that the end was restored" grep -q "warning: cutlaunder.acsf: its end was restored from the last sync's tail copy" err
+run 0 "cat after the append to a cut file" cat cutlaunder.acsf
+expect "the file is its last sync plus the append, never the cut" cmp -s out appendme.txt
 cp a.acsf swap.acsf
-dd if=a.acsf of=swap.acsf bs=1 skip=$((128 + 4128)) seek=128 count=4128 conv=notrunc status=none
+dd if=a.acsf of=swap.acsf bs=1 skip=$((data + 4128)) seek=$data count=4128 conv=notrunc status=none
 run 5 "verify a file with a chunk moved" verify swap.acsf
 expect "verify names chunk 0" grep -q "swap.acsf: chunk 0 " out
 
@@ -353,7 +359,7 @@ expect "cat wrote chunks 0-2 (12288 bytes) before the error" cmp -s out <(head -
 run 4 "decrypt - of a file bad in chunk 3" decrypt t.acsf -
 expect "decrypt - wrote chunks 0-2 before the error" cmp -s out <(head -c 12288 plain.txt)
 cp a.acsf t1.acsf
-off=$((128 + 4128 + 16 + 7))
+off=$((data + 4128 + 16 + 7))
 printf "$(printf '\\x%02x' $(( $(od -An -tu1 -j$off -N1 t1.acsf) ^ 1 )))" | dd of=t1.acsf bs=1 seek=$off conv=notrunc status=none
 run 4 "cat a file bad in chunk 1" cat t1.acsf
 expect "cat wrote chunk 0 (4096 bytes) before the error" cmp -s out <(head -c 4096 plain.txt)

@@ -354,9 +354,11 @@ int ACSecureTruncate(const char *path, off_t length);
  * Right after a successful open it is ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR when the file's end did
  * not authenticate: either an interrupted write was recovered (ACSecureFileRecoveredBytes > 0: the
  * bytes of that write after the last complete end are not read, and the next change of the file
- * removes them), or no end authenticates at all, a file cut or damaged at its end
- * (ACSecureFileRecoveredBytes fails with EIO: the file reads up to its damaged tail and refuses
- * every change but a cut to 0).
+ * removes them), or the end was restored from the file's tail copy (ACSecureFileEndRestored == 1:
+ * the file as at its last fsync/fdatasync; a power loss, or a cut or damaged end), or no end
+ * authenticates at all, a file cut or damaged at its end with no tail copy to restore (a format
+ * version 3 file; ACSecureFileRecoveredBytes fails with EIO: the file reads up to its damaged tail
+ * and refuses every change but a cut to 0).
  * Call it right after a call on a valid, open descriptor failed; see "Thread safety" above.
  *
  * Returns the ACError value, or -1 with errno EBADF when fd is not an open secure descriptor.
@@ -373,6 +375,18 @@ int ACSecureFileLastError(int fd);
  * end).
  */
 off_t ACSecureFileRecoveredBytes(int fd);
+
+/**
+ * Whether the file's end was restored from its tail copy when it was opened: 1 when its end, or
+ * the short last chunk its last sync copied, did not authenticate in place (a power loss tore it,
+ * or the file was cut or damaged there) and the file is as it was at its last fsync/fdatasync
+ * (format version 4: docs/FORMAT.md "Tail copies"); what follows that end is reported by
+ * ACSecureFileRecoveredBytes. The next change of the file writes the copy back in place; 0 from
+ * then on, and for an intact end.
+ *
+ * Returns 1 or 0, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO.
+ */
+int ACSecureFileEndRestored(int fd);
 
 /**
  * Switches how this process uses the file while it is open (every descriptor of it in this

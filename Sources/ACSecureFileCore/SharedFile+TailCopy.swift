@@ -1,0 +1,291 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSystemCalls
+
+/// The end as it was at the application's last sync (version 4; docs/FORMAT.md "Tail copies").
+///
+/// An append rewrites the short last chunk in place: the only copy of bytes an earlier `fsync` may
+/// have made durable. A power loss can tear that rewrite, or put it on the device without the
+/// extension that goes with it, and the chunk is lost. So every application sync (`fsync`,
+/// `fdatasync`, an `O_DSYNC` write) first copies the file's last chunk and trailer, as they are on
+/// disk, into one of two slots after the header — the one the newest copy is not in — with a
+/// sealed descriptor (sequence number, size): the sync's own flush puts it on the device with the
+/// data. Until the next sync completes, nothing writes over that copy. A reader that finds the
+/// chunk a copy holds unreadable in place, or no end at all, takes the newest complete copy's end:
+/// the file as it was at the last sync, every synced byte readable, the rest reported as bytes
+/// after the authenticated end and cut off (the copy written back in place) at the next change.
+struct RestoredTail {
+    /// The slot whose copies are the file's last chunk and trailer until they are written back.
+    let slot: Int
+}
+
+extension SharedFile {
+    /// Bytes after a slot's descriptor for a file of `size`: a copy of its last chunk when that is
+    /// not full, then of its trailer.
+    func tailCopyLength(size: Int64) -> (chunk: Int, total: Int) {
+        let remainder = Int(size & Int64(chunkSize - 1))
+        let chunk = remainder > 0 ? remainder + layout.chunkOverhead : 0
+        return (chunk, chunk + layout.trailerSize)
+    }
+
+    /// Before an application's sync: a copy of the end the sync makes durable, unless the newest
+    /// copy already is one.
+    func writeTailCopyIfNeeded() throws(SecureFileError) {
+        // A read-only state changed nothing (and cannot write): the newest copy stands.
+        guard ioFDWritable, tailCopyStale || coordinated, tailVerified, tailFailure == nil, restoredTail == nil else { return }
+        try writeTailCopy(size: diskSize)
+    }
+
+    /// Copies the end of a file of `size` bytes, as it is on disk (its last chunk if not full, and
+    /// its trailer), into the slot the newest copy is not in; only an end that authenticates. A cut
+    /// to a chunk boundary calls it for its new end before the barrier that precedes its
+    /// `ftruncate`: so the newest copy on the device never claims more than the file's durable
+    /// length, or a crash's chunks (`takeTailCopyIfNeeded`).
+    func writeTailCopy(size: Int64) throws(SecureFileError) {
+        guard layout.hasTailCopies, hasHeader, let cipher else { return }
+        let (chunkBytes, total) = tailCopyLength(size: size)
+        let buf = ensureScratch(total)
+        let end = layout.physicalSize(forPlaintextSize: size)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, total, end - Int64(total)), "read the end of the file for its tail copy")
+        guard got == total, trailerAuthenticates(buf + chunkBytes, size: size) else { return }
+        if chunkBytes > 0 {
+            let length = chunkBytes - layout.chunkOverhead
+            let ok = openChunk(buf, index: size >> Int64(layout.chunkShift), length: length, into: workBase, cipher: cipher)
+            secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
+            guard ok else { return }
+        }
+        try writeTailCopy(size: size, sealedEnd: buf)
+    }
+
+    /// Writes `sealedEnd` (the sealed last chunk if not full, then the trailer, of a file of `size`
+    /// bytes) as the next tail copy. A cut inside a chunk writes its shortened chunk so, before it
+    /// rewrites that chunk in place.
+    func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer) throws(SecureFileError) {
+        guard layout.hasTailCopies, hasHeader else { return }
+        // Another process may have written a copy since: the sequence goes on from the disk's.
+        if coordinated { try loadTailCopySequence() }
+        let (chunkBytes, total) = tailCopyLength(size: size)
+        let sequence = tailCopySequence &+ 1
+        let slot = Int(sequence & 1)
+        try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
+            let d = b.baseAddress!
+            let copy = d + TailCopyDescriptor.size
+            copy.copyMemory(from: sealedEnd, byteCount: total)
+            let descriptor = TailCopyDescriptor(sequence: sequence, size: size)
+            descriptor.write(into: d)
+            try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
+            try checkIO(Sys.pwriteFull(ioFD, d, b.count, layout.tailCopyOffset(slot)), "write the tail copy")
+        }
+        tailCopySequence = sequence
+        tailCopyStale = false
+    }
+
+    /// The first copy of a new file or generation (sequence 0, slot 0, size 0): its descriptor and
+    /// trailer copy, written with the header in the first sector. `trailer` is the empty file's.
+    func writeFirstTailCopy(into d: UnsafeMutableRawPointer, trailer: UnsafeRawPointer) throws(SecureFileError) {
+        let descriptor = TailCopyDescriptor(sequence: 0, size: 0)
+        descriptor.write(into: d)
+        (d + TailCopyDescriptor.size).copyMemory(from: trailer, byteCount: layout.trailerSize)
+        try sealTailCopy(d, descriptor, slot: 0, copies: d + TailCopyDescriptor.size, chunkBytes: 0)
+        tailCopySequence = 0
+        tailCopyStale = false
+    }
+
+    private func sealTailCopy(_ d: UnsafeMutableRawPointer, _ descriptor: TailCopyDescriptor, slot: Int,
+                              copies: UnsafeRawPointer, chunkBytes: Int) throws(SecureFileError) {
+        guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
+        let t = d + TailCopyDescriptor.sealOffset
+        let n = t + layout.selectorSize
+        NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: n, count: FileLayout.nonceSize))
+        do {
+            try withTailCopyAAD(descriptor, slot: slot, copies: copies, chunkBytes: chunkBytes) { (aad) throws(CryptoError) in
+                let (s, context) = try cipher.nextWrite()
+                t.storeBytes(of: s.bigEndian, as: UInt32.self)
+                try context.seal(nonce: n, aad: aad, plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
+                                 ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize)
+            }
+        } catch {
+            throw .crypto(error, "\(path): sealing the tail copy failed")
+        }
+    }
+
+    private func withTailCopyAAD<R, E: Error>(_ descriptor: TailCopyDescriptor, slot: Int, copies: UnsafeRawPointer, chunkBytes: Int,
+                                              _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.aadSize, alignment: 8) { (aad) throws(E) -> R in
+            let tag = FileLayout.tagSize
+            descriptor.writeAAD(aad.baseAddress!, fileID: fileID, slot: slot,
+                                chunkTag: chunkBytes > 0 ? copies + chunkBytes - tag : nil,
+                                trailerTag: copies + chunkBytes + layout.trailerSize - tag)
+            return try body(UnsafeRawBufferPointer(aad))
+        }
+    }
+
+    /// A slot's copy, authenticated whole: its descriptor (bound to the copies' tags), the chunk copy
+    /// at its index and the trailer copy for its size. `s` holds the slot's bytes (`slotSize` of them).
+    private func tailCopy(in s: UnsafeRawPointer, slot: Int) -> TailCopyDescriptor? {
+        guard let cipher, let descriptor = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)) else { return nil }
+        let (chunkBytes, _) = tailCopyLength(size: descriptor.size)
+        let copies = s + TailCopyDescriptor.size
+        let t = s + TailCopyDescriptor.sealOffset
+        guard let context = cipher.context(forSelector: selector(at: t)) else { return nil }
+        let n = t + layout.selectorSize
+        let sealed = withTailCopyAAD(descriptor, slot: slot, copies: copies, chunkBytes: chunkBytes) { aad in
+            context.open(nonce: n, aad: aad, ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
+                         tag: n + FileLayout.nonceSize, plaintext: workBase)
+        }
+        guard sealed, trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return nil }
+        if chunkBytes > 0 {
+            let length = chunkBytes - layout.chunkOverhead
+            let ok = openChunk(copies, index: descriptor.size >> Int64(layout.chunkShift), length: length, into: workBase, cipher: cipher)
+            secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
+            guard ok else { return nil }
+        }
+        return descriptor
+    }
+
+    /// Reads both slots: the sequence the next copy follows, and the copies that authenticate, newest
+    /// first, each with the tag of its chunk copy (nil when the size ends a full chunk).
+    private func tailCopies() throws(SecureFileError) -> [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] {
+        let slotSize = layout.tailCopySlotSize
+        let bytes = 2 * slotSize
+        // Not the scratch memory: a cut calls this (through `writeTailCopy`) with its sealed chunk there.
+        return try withUnsafeTemporaryAllocation(byteCount: bytes, alignment: 16) { (b) throws(SecureFileError) in
+            try tailCopies(in: b.baseAddress!, slotSize: slotSize)
+        }
+    }
+
+    private func tailCopies(in buf: UnsafeMutableRawPointer, slotSize: Int) throws(SecureFileError) -> [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] {
+        let got = try checkIO(Sys.preadFull(ioFD, buf, 2 * slotSize, layout.tailCopyOffset(0)), "read the tail copies")
+        var found: [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] = []
+        for slot in 0..<2 where got >= (slot + 1) * slotSize {
+            let s = buf + slot * slotSize
+            // Only a copy that authenticates counts: a slot of an earlier generation (or a forged one)
+            // must not make the next copy go over the newest one.
+            if let d = tailCopy(in: s, slot: slot) {
+                tailCopySequence = max(tailCopySequence, d.sequence)
+                let (chunkBytes, _) = tailCopyLength(size: d.size)
+                let tag = chunkBytes > 0 ? Array(UnsafeRawBufferPointer(start: s + TailCopyDescriptor.size + chunkBytes - FileLayout.tagSize, count: FileLayout.tagSize)) : nil
+                found.append((d, slot, tag))
+            }
+        }
+        return found.sorted { $0.descriptor.sequence > $1.descriptor.sequence }
+    }
+
+    /// The newest sequence on disk (a coordinated sync: another process may have written a copy).
+    private func loadTailCopySequence() throws(SecureFileError) {
+        tailCopySequence = 0
+        _ = try tailCopies()
+    }
+
+    /// After the end check: whether a tail copy is the file's end instead of `mainSize` (the end
+    /// found in place, nil when none authenticates), and if so takes it. Copies are considered newest
+    /// first; one that claims more than the file holds (longer than `mainSize`, or than the chunks
+    /// in place) is a sync's that did not complete — every sync that completes, and every cut, leave
+    /// a copy no longer than the durable file — and the one before it is considered. The copy is
+    /// taken when no end authenticates in place, or when the chunk it holds no longer
+    /// authenticates in place below that end (an append that filled it was torn). Consulted at a
+    /// state's first end check, and whenever no end authenticates in place.
+    func takeTailCopyIfNeeded(mainSize: Int64?, lastChunkIntact: Bool, physical: Int64) throws(SecureFileError) -> Bool {
+        guard layout.hasTailCopies, hasHeader, cipher != nil, mainSize == nil || !tailCopiesChecked else { return false }
+        tailCopiesChecked = true
+        let shift = Int64(layout.chunkShift)
+        let mask = Int64(chunkSize - 1)
+        let candidates = try tailCopies()
+        var chosen: (descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)?
+        for (i, c) in candidates.enumerated() {
+            let index = c.descriptor.size >> shift
+            if let mainSize { guard c.descriptor.size <= mainSize else { continue } } else {
+                guard index == 0 || physical >= layout.chunkOffset(index) else { continue }
+            }
+            // The chunk the copy before this one holds was synced; if it is below this copy's last
+            // chunk and does not authenticate in place, this copy's sync did not complete.
+            if i + 1 < candidates.count {
+                let prior = candidates[i + 1].descriptor.size
+                if prior & mask != 0, prior >> shift < index,
+                   try !chunkAuthenticatesInPlace(prior >> shift, size: c.descriptor.size) { continue }
+            }
+            chosen = c
+            break
+        }
+        // Whether the newest copy is of the end in place: else this process's next sync writes one.
+        if let mainSize, let newest = candidates.first {
+            tailCopyStale = try !tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: mainSize)
+        }
+        guard let (copy, slot, _) = chosen else { return false }
+        if let mainSize {
+            let index = copy.size >> shift
+            guard copy.size & Int64(chunkSize - 1) != 0 else { return false }
+            let lastIndex = (mainSize - 1) >> shift
+            if index == lastIndex && lastChunkIntact { return false }
+            if index < lastIndex, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
+        }
+        let end = layout.physicalSize(forPlaintextSize: copy.size)
+        diskSize = copy.size
+        size = max(copy.size, runEnd)
+        dropCache()
+        dropReadCache()
+        restoredTail = RestoredTail(slot: slot)
+        pendingTailRepair = end
+        bytesAfterAuthenticatedEnd = max(0, physical - end)
+        tailVerified = true
+        tailFailure = nil
+        tailCopyStale = false
+        return true
+    }
+
+    /// Whether `copy` (its chunk copy's tag `chunkTag`) holds the end of a file of `size` as it is in place.
+    private func tailCopy(_ copy: TailCopyDescriptor, _ chunkTag: [UInt8]?, isTheEndAt size: Int64) throws(SecureFileError) -> Bool {
+        guard copy.size == size else { return false }
+        guard let chunkTag else { return true }
+        let remainder = Int(size & Int64(chunkSize - 1))
+        let at = layout.chunkOffset(size >> Int64(layout.chunkShift)) + Int64(layout.selectorSize + FileLayout.nonceSize + remainder)
+        var tag = [UInt8](repeating: 0, count: FileLayout.tagSize)
+        let read = tag.withUnsafeMutableBytes { Sys.preadFull(ioFD, $0.baseAddress!, $0.count, at) }
+        let got = try checkIO(read, "read")
+        return got == tag.count && tag == chunkTag
+    }
+
+    /// Whether full chunk `index` of a file of `size` authenticates where it is.
+    private func chunkAuthenticatesInPlace(_ index: Int64, size: Int64) throws(SecureFileError) -> Bool {
+        guard let cipher else { return false }
+        let length = layout.chunkLength(index, size: size)
+        let count = length + layout.chunkOverhead
+        let buf = ensureScratch(count)
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.chunkOffset(index)), "read")
+        defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+        return got == count && openChunk(buf, index: index, length: length, into: workBase, cipher: cipher)
+    }
+
+    /// The last chunk while it is read from a tail copy (nil when the file's size ends a full chunk:
+    /// then only the trailer is restored).
+    var restoredChunkIndex: Int64? {
+        guard restoredTail != nil, diskSize & Int64(chunkSize - 1) != 0 else { return nil }
+        return diskSize >> Int64(layout.chunkShift)
+    }
+
+    /// The restored last chunk, read from its copy (`readChunksFromDisk`): `buf` gets its
+    /// `chunkOverhead + length` sealed bytes.
+    func readRestoredChunk(into buf: UnsafeMutableRawPointer, count: Int) throws(SecureFileError) -> Bool {
+        guard let restoredTail else { return false }
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.tailCopyOffset(restoredTail.slot) + Int64(TailCopyDescriptor.size)), "read the tail copy")
+        return got == count
+    }
+
+    /// Writes the restored end back in place (the copies of the last chunk and trailer, where the
+    /// end of a file of `diskSize` bytes has them); the caller then cuts the file there.
+    func writeRestoredTailBack() throws(SecureFileError) {
+        guard let restoredTail else { return }
+        let (_, total) = tailCopyLength(size: diskSize)
+        let from = layout.tailCopyOffset(restoredTail.slot) + Int64(TailCopyDescriptor.size)
+        let end = layout.physicalSize(forPlaintextSize: diskSize)
+        // Not in the scratch memory: the write path calls this with its sealed chunks there.
+        try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (buf) throws(SecureFileError) in
+            let got = try checkIO(Sys.preadFull(ioFD, buf.baseAddress!, total, from), "read the tail copy")
+            guard got == total else { throw .ace(.badKeyOrCorruptData, "\(path): the tail copy was cut") }
+            try checkIO(Sys.pwriteFull(ioFD, buf.baseAddress!, total, end - Int64(total)), "write the tail copy back")
+        }
+        self.restoredTail = nil
+    }
+}
