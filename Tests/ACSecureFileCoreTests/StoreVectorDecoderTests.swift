@@ -89,7 +89,8 @@ final class StoreVectorDecoderTests: XCTestCase {
     }
 
     /// Every single-bit flip of the group file and of the wrapped file is rejected; of the app file
-    /// (5 224 bytes), every bit of the header, of the trailer and of every 8th byte elsewhere. The
+    /// (5 000 bytes of plaintext), every bit of the header, of the trailer and of every 8th byte
+    /// elsewhere; of the tail-copy slots (version 4), the written part of slot 0 and every 64th byte. The
     /// exceptions are the pending-end record (header bytes 108..<128, version 3) and the tail-copy
     /// slots (version 4, bytes 128 up to chunk 0): hints, not read as the file; a flip that leaves the
     /// record well-formed, and any flip in a slot, must decode to exactly the same plaintext.
@@ -104,7 +105,10 @@ final class StoreVectorDecoderTests: XCTestCase {
             let plaintext = try IndependentDecoder.decrypt(bytes, key: kek, keyClass: keyClass)
             // Version 4: two tail-copy slots (64 + 2^s + 64 bytes each) between the header and chunk 0.
             let first = bytes[5] >= 4 ? 128 + 2 * (64 + (1 << Int(bytes[8])) + 64) : 128
-            for byte in 0..<bytes.count where bytes.count < 1024 || byte < 128 || byte >= bytes.count - 32 || byte % 8 == 0 {
+            let small = bytes.count - first < 1024
+            for byte in 0..<bytes.count where (128..<first).contains(byte)
+                ? byte % 64 == 0 || byte < 128 + 96
+                : small || byte < 128 || byte >= bytes.count - 32 || byte % 8 == 0 {
                 for bit in 0..<8 {
                     var b = bytes
                     b[byte] ^= 1 << bit
