@@ -64,8 +64,9 @@ extension SharedFile {
     /// rewrites that chunk in place.
     func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
-        // Another process may have written a copy since: the sequence goes on from the disk's.
-        if coordinated { try loadTailCopySequence() }
+        // The sequence goes on from the newest complete copy on disk (another process may have
+        // written one since, in coordinated mode).
+        if !tailCopySequenceKnown || coordinated { try loadTailCopySequence() }
         let (chunkBytes, total) = tailCopyLength(size: size)
         let sequence = tailCopySequence &+ 1
         let slot = Int(sequence & 1)
@@ -90,6 +91,7 @@ extension SharedFile {
         (d + TailCopyDescriptor.size).copyMemory(from: trailer, byteCount: layout.trailerSize)
         try sealTailCopy(d, descriptor, slot: 0, copies: d + TailCopyDescriptor.size, chunkBytes: 0)
         tailCopySequence = 0
+        tailCopySequenceKnown = true
         tailCopyStale = false
     }
 
@@ -122,8 +124,10 @@ extension SharedFile {
         }
     }
 
-    /// A slot's copy, authenticated whole: its descriptor (bound to the copies' tags), the chunk copy
-    /// at its index and the trailer copy for its size. `s` holds the slot's bytes (`slotSize` of them).
+    /// A slot's descriptor, authenticated (it binds the tags of the copies after it: a torn slot
+    /// fails here). `s` holds the slot's bytes (`tailCopySlotSize` of them). The copies themselves are
+    /// authenticated only when one is taken (`copiesAuthenticate`): an open that finds its end in
+    /// place needs no GCM over them.
     private func tailCopy(in s: UnsafeRawPointer, slot: Int) -> TailCopyDescriptor? {
         guard let cipher, let descriptor = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)) else { return nil }
         let (chunkBytes, _) = tailCopyLength(size: descriptor.size)
@@ -135,14 +139,25 @@ extension SharedFile {
             context.open(nonce: n, aad: aad, ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
                          tag: n + FileLayout.nonceSize, plaintext: workBase)
         }
-        guard sealed, trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return nil }
-        if chunkBytes > 0 {
+        return sealed ? descriptor : nil
+    }
+
+    /// Whether the copies in `slot` (a descriptor that authenticated) authenticate as the last chunk
+    /// and the trailer of a file of its size: one `pread` and two GCM checks, before a copy is taken.
+    private func copiesAuthenticate(_ descriptor: TailCopyDescriptor, slot: Int) throws(SecureFileError) -> Bool {
+        guard let cipher else { return false }
+        let (chunkBytes, total) = tailCopyLength(size: descriptor.size)
+        let at = layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)
+        return try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (b) throws(SecureFileError) -> Bool in
+            let copies = b.baseAddress!
+            guard try checkIO(Sys.preadFull(ioFD, copies, total, at), "read the tail copy") == total,
+                  trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return false }
+            guard chunkBytes > 0 else { return true }
             let length = chunkBytes - layout.chunkOverhead
             let ok = openChunk(copies, index: descriptor.size >> Int64(layout.chunkShift), length: length, into: workBase, cipher: cipher)
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
-            guard ok else { return nil }
+            return ok
         }
-        return descriptor
     }
 
     /// Reads both slots: the sequence the next copy follows, and the copies that authenticate, newest
@@ -161,10 +176,7 @@ extension SharedFile {
         var found: [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] = []
         for slot in 0..<2 where got >= (slot + 1) * slotSize {
             let s = buf + slot * slotSize
-            // Only a copy that authenticates counts: a slot of an earlier generation (or a forged one)
-            // must not make the next copy go over the newest one.
             if let d = tailCopy(in: s, slot: slot) {
-                tailCopySequence = max(tailCopySequence, d.sequence)
                 let (chunkBytes, _) = tailCopyLength(size: d.size)
                 let tag = chunkBytes > 0 ? Array(UnsafeRawBufferPointer(start: s + TailCopyDescriptor.size + chunkBytes - FileLayout.tagSize, count: FileLayout.tagSize)) : nil
                 found.append((d, slot, tag))
@@ -173,10 +185,16 @@ extension SharedFile {
         return found.sorted { $0.descriptor.sequence > $1.descriptor.sequence }
     }
 
-    /// The newest sequence on disk (a coordinated sync: another process may have written a copy).
+    /// The newest complete copy's sequence on disk, which the next copy follows into the other slot.
+    /// Only a copy that authenticates whole counts: a slot of an earlier generation, a forged one, or
+    /// one a crash tore must not send the next copy over the newest complete one.
     private func loadTailCopySequence() throws(SecureFileError) {
-        tailCopySequence = 0
-        _ = try tailCopies()
+        var newest: UInt64 = 0
+        for c in try tailCopies() where c.descriptor.sequence >= newest {
+            if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c.descriptor.sequence }
+        }
+        tailCopySequence = newest
+        tailCopySequenceKnown = true
     }
 
     /// After the end check: whether a tail copy is the file's end instead of `mainSize` (the end
@@ -193,10 +211,18 @@ extension SharedFile {
         let shift = Int64(layout.chunkShift)
         let mask = Int64(chunkSize - 1)
         let candidates = try tailCopies()
-        var chosen: (descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)?
+        // Whether the newest copy is a complete copy of the end in place: else this process's next
+        // sync writes one (also when a crash tore the newest copy's ciphertext under whole tags).
+        if let mainSize, let newest = candidates.first {
+            let current = try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: mainSize)
+            let complete = try current ? copiesAuthenticate(newest.descriptor, slot: newest.slot) : false
+            tailCopyStale = !complete
+        }
+        var taken: (copy: TailCopyDescriptor, slot: Int)?
         for (i, c) in candidates.enumerated() {
-            let index = c.descriptor.size >> shift
-            if let mainSize { guard c.descriptor.size <= mainSize else { continue } } else {
+            let copy = c.descriptor
+            let index = copy.size >> shift
+            if let mainSize { guard copy.size <= mainSize else { continue } } else {
                 guard index == 0 || physical >= layout.chunkOffset(index) else { continue }
             }
             // The chunk the copy before this one holds was synced; if it is below this copy's last
@@ -204,29 +230,30 @@ extension SharedFile {
             if i + 1 < candidates.count {
                 let prior = candidates[i + 1].descriptor.size
                 if prior & mask != 0, prior >> shift < index,
-                   try !chunkAuthenticatesInPlace(prior >> shift, size: c.descriptor.size) { continue }
+                   try !chunkAuthenticatesInPlace(prior >> shift, size: copy.size) { continue }
             }
-            chosen = c
+            if let mainSize {
+                // The end in place holds what this copy holds (its chunk intact in place), or the copy
+                // holds no chunk: nothing to restore.
+                guard copy.size & mask != 0 else { return false }
+                let lastIndex = (mainSize - 1) >> shift
+                if index == lastIndex && lastChunkIntact { return false }
+                if index < lastIndex, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
+            }
+            // A copy torn inside its ciphertext (its descriptor and tags whole) is no copy either.
+            guard try copiesAuthenticate(copy, slot: c.slot) else { continue }
+            taken = (copy, c.slot)
             break
         }
-        // Whether the newest copy is of the end in place: else this process's next sync writes one.
-        if let mainSize, let newest = candidates.first {
-            tailCopyStale = try !tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: mainSize)
-        }
-        guard let (copy, slot, _) = chosen else { return false }
-        if let mainSize {
-            let index = copy.size >> shift
-            guard copy.size & Int64(chunkSize - 1) != 0 else { return false }
-            let lastIndex = (mainSize - 1) >> shift
-            if index == lastIndex && lastChunkIntact { return false }
-            if index < lastIndex, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
-        }
+        guard let (copy, slot) = taken else { return false }
         let end = layout.physicalSize(forPlaintextSize: copy.size)
         diskSize = copy.size
         size = max(copy.size, runEnd)
         dropCache()
         dropReadCache()
         restoredTail = RestoredTail(slot: slot)
+        tailCopySequence = copy.sequence
+        tailCopySequenceKnown = true
         pendingTailRepair = end
         bytesAfterAuthenticatedEnd = max(0, physical - end)
         tailVerified = true

@@ -74,6 +74,8 @@ final class SharedFile: @unchecked Sendable {
     /// The newest tail copy's sequence number on disk, as far as this process knows (version 4:
     /// `SharedFile+TailCopy.swift`); the next copy gets the next number and the other slot.
     var tailCopySequence: UInt64 = 0
+    /// `tailCopySequence` was read from disk (at the first copy this state writes) or set by a write.
+    var tailCopySequenceKnown = false
     /// The file changed at or after its last chunk since the newest tail copy: the next sync writes one.
     var tailCopyStale = true
     /// The tail copies were consulted at the first check of the end (a power loss can only have hit

@@ -1,0 +1,142 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACSecureServices
+@testable import ACSecureFileCore
+
+/// The tail copies of format version 4 (docs/FORMAT.md "Tail copies"): where each sync puts its copy,
+/// what an open restores from one, and what it must not take. The crash-state enumerator checks the
+/// promise over every crash state; these pin the mechanism and the bugs it found.
+final class TailCopyTests: XCTestCase {
+    let layout = FileLayout()
+
+    /// (sequence, size) of the descriptor in `slot`, as written on disk (nil: no copy).
+    func descriptor(_ path: String, _ slot: Int) -> (UInt64, Int64)? {
+        let bytes = readWholeFile(path)
+        let at = Int(layout.tailCopyOffset(slot))
+        guard bytes.count >= at + TailCopyDescriptor.size else { return nil }
+        return bytes[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }.map { ($0.sequence, $0.size) }
+    }
+
+    func plaintext(_ n: Int, _ seed: Int = 0) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ seed) } }
+
+    /// Creation writes copy 0 (size 0) into slot 0; each sync that changed the end writes the next
+    /// sequence into the other slot; a sync with nothing changed, or after overwrites that left the
+    /// end alone, writes nothing.
+    func testEachSyncCopiesTheEndIntoTheSlotTheNewestCopyIsNotIn() throws {
+        let env = try TestEnvironment()
+        let path = env.path("slots")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        XCTAssertEqual(descriptor(path, 0)?.0, 0)
+        XCTAssertEqual(descriptor(path, 0)?.1, 0)
+        XCTAssertNil(descriptor(path, 1))
+        _ = try f.pwrite(plaintext(10_000), at: 0)
+        try f.sync()
+        XCTAssertEqual(descriptor(path, 1)?.0, 1)
+        XCTAssertEqual(descriptor(path, 1)?.1, 10_000)
+        let before = readWholeFile(path)
+        try f.sync()
+        _ = try f.pwrite([1, 2, 3], at: 100)  // chunk 0: the end (chunk 2) is not touched
+        try f.datasync()
+        var after = readWholeFile(path)
+        after.replaceSubrange(Int(layout.chunkOffset(0))..<Int(layout.chunkOffset(1)), with: before[Int(layout.chunkOffset(0))..<Int(layout.chunkOffset(1))])
+        XCTAssertEqual(after, before, "no copy written when the end did not change")
+        _ = try f.pwrite(plaintext(100), at: 10_000)
+        try f.sync()
+        XCTAssertEqual(descriptor(path, 0)?.0, 2)
+        XCTAssertEqual(descriptor(path, 0)?.1, 10_100)
+        XCTAssertEqual(descriptor(path, 1)?.1, 10_000, "the previous copy stays until the next sync")
+        try f.close()
+    }
+
+    /// Regression (found by SQLiteCrashStateTests, sqlite-truncate): a slot left by an earlier
+    /// generation (the file emptied since) parsed as the newest sequence, so the next copy went over
+    /// the only copy of the current generation. The next slot follows the newest copy that
+    /// authenticates.
+    func testASlotOfAnEarlierGenerationDoesNotDecideWhereTheNextCopyGoes() throws {
+        let env = try TestEnvironment()
+        let path = env.path("generations")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(plaintext(5000), at: 0)
+        try f.sync()  // copy 1, slot 1
+        try f.truncate(to: 0)  // new generation: copy 0 in slot 0; slot 1 is the old generation's
+        try f.close()
+        XCTAssertEqual(descriptor(path, 1)?.0, 1)
+        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        _ = try g.pwrite(plaintext(300, 9), at: 0)
+        try g.sync()
+        XCTAssertEqual(descriptor(path, 1)?.0, 1, "copy 1 of the new generation")
+        XCTAssertEqual(descriptor(path, 1)?.1, 300)
+        XCTAssertEqual(descriptor(path, 0)?.0, 0, "the generation's copy 0 is kept")
+        try g.close()
+    }
+
+    /// The short last chunk torn by an append after a sync (what a power loss leaves): the open
+    /// restores the synced end from the copy and says so; a read-only handle reads the chunk from
+    /// the copy and changes nothing; the next change writes the copy back and the file is whole again.
+    func testATornLastChunkIsRestoredFromTheCopyAndWrittenBackAtTheNextChange() throws {
+        let env = try TestEnvironment()
+        let path = env.path("torn")
+        let data = plaintext(10_000)
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(data, at: 0)
+        try f.sync()
+        _ = try f.pwrite(plaintext(2000, 5), at: 10_000)  // rewrites chunk 2 in place, unsynced
+        try f.close()
+        var bytes = readWholeFile(path)
+        bytes[Int(layout.chunkOffset(2)) + 600] ^= 0x20  // torn inside chunk 2
+        writeWholeFile(path, bytes)
+
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertTrue(try r.endRestoredFromTailCopy)
+        XCTAssertEqual(try r.size, 10_000)
+        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 2000)
+        XCTAssertEqual(try r.readAll(), data)
+        try r.close()
+        XCTAssertEqual(readWholeFile(path), bytes, "a read-only open changes nothing")
+
+        let w = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: env.services)
+        XCTAssertTrue(try w.endRestoredFromTailCopy)
+        _ = try w.write([7, 7, 7])
+        XCTAssertFalse(try w.endRestoredFromTailCopy)
+        try w.close()
+        let again = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertFalse(try again.endRestoredFromTailCopy)
+        XCTAssertEqual(try again.bytesAfterAuthenticatedEnd, 0)
+        XCTAssertEqual(try again.readAll(), data + [7, 7, 7])
+        try again.close()
+    }
+
+    /// A copy whose descriptor and tags are whole but whose ciphertext is not (a torn slot) is never
+    /// taken: with the chunk in place damaged too, the length stands and reading that chunk fails
+    /// (never a wrong byte); the chunks before it read.
+    func testACopyTornInsideItsCiphertextIsNotTaken() throws {
+        let env = try TestEnvironment()
+        let path = env.path("torn-copy")
+        let data = plaintext(10_000)
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(data, at: 0)
+        try f.sync()  // copy 1 in slot 1: chunk 2 (1808 bytes) and the trailer
+        try f.close()
+        var bytes = readWholeFile(path)
+        bytes[Int(layout.tailCopyOffset(1)) + TailCopyDescriptor.size + 500] ^= 0x01  // the chunk copy's ciphertext
+        bytes[Int(layout.chunkOffset(2)) + 500] ^= 0x01  // and the chunk in place
+        writeWholeFile(path, bytes)
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertFalse(try r.endRestoredFromTailCopy)
+        XCTAssertEqual(try r.size, 10_000)
+        XCTAssertEqual(try r.pread(count: 8192, at: 0), Array(data[0..<8192]))
+        XCTAssertThrowsError(try r.pread(count: 100, at: 8192)) { e in
+            XCTAssertEqual((e as? SecureFileError)?.code, .badKeyOrCorruptData)
+        }
+        try r.close()
+        // With the chunk copy whole, the same damage in place is restored from it.
+        bytes[Int(layout.tailCopyOffset(1)) + TailCopyDescriptor.size + 500] ^= 0x01
+        writeWholeFile(path, bytes)
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertTrue(try g.endRestoredFromTailCopy)
+        XCTAssertEqual(try g.readAll(), data)
+        try g.close()
+    }
+}
