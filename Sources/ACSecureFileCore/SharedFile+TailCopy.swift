@@ -34,7 +34,13 @@ extension SharedFile {
     /// copy already is one.
     func writeTailCopyIfNeeded() throws(SecureFileError) {
         // A read-only state changed nothing (and cannot write): the newest copy stands.
-        guard ioFDWritable, tailCopyStale || coordinated, tailVerified, tailFailure == nil, restoredTail == nil else { return }
+        guard layout.hasTailCopies, hasHeader, ioFDWritable, tailVerified, tailFailure == nil, restoredTail == nil else { return }
+        if tailCopyStale == nil || coordinated {
+            // Whether the newest complete copy on disk is of this end (another process, or this one
+            // before it reopened, may have written it): else this sync writes one.
+            tailCopyStale = try !newestCompleteCopyIsTheEnd()
+        }
+        guard tailCopyStale == true else { return }
         try writeTailCopy(size: diskSize)
     }
 
@@ -185,6 +191,19 @@ extension SharedFile {
         return found.sorted { $0.descriptor.sequence > $1.descriptor.sequence }
     }
 
+    /// Whether the newest complete copy on disk holds the end in place (its size, and its chunk copy's
+    /// tag that of the last chunk in place); also sets `tailCopySequence` from the disk.
+    private func newestCompleteCopyIsTheEnd() throws(SecureFileError) -> Bool {
+        var newest: (descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)?
+        for c in try tailCopies() where c.descriptor.sequence >= newest?.descriptor.sequence ?? 0 {
+            if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c }
+        }
+        tailCopySequence = newest?.descriptor.sequence ?? 0
+        tailCopySequenceKnown = true
+        guard let newest else { return false }
+        return try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: diskSize)
+    }
+
     /// The newest complete copy's sequence on disk, which the next copy follows into the other slot.
     /// Only a copy that authenticates whole counts: a slot of an earlier generation, a forged one, or
     /// one a crash tore must not send the next copy over the newest complete one.
@@ -211,13 +230,6 @@ extension SharedFile {
         let shift = Int64(layout.chunkShift)
         let mask = Int64(chunkSize - 1)
         let candidates = try tailCopies()
-        // Whether the newest copy is a complete copy of the end in place: else this process's next
-        // sync writes one (also when a crash tore the newest copy's ciphertext under whole tags).
-        if let mainSize, let newest = candidates.first {
-            let current = try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: mainSize)
-            let complete = try current ? copiesAuthenticate(newest.descriptor, slot: newest.slot) : false
-            tailCopyStale = !complete
-        }
         var taken: (copy: TailCopyDescriptor, slot: Int)?
         for (i, c) in candidates.enumerated() {
             let copy = c.descriptor

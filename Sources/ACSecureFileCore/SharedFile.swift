@@ -76,8 +76,9 @@ final class SharedFile: @unchecked Sendable {
     var tailCopySequence: UInt64 = 0
     /// `tailCopySequence` was read from disk (at the first copy this state writes) or set by a write.
     var tailCopySequenceKnown = false
-    /// The file changed at or after its last chunk since the newest tail copy: the next sync writes one.
-    var tailCopyStale = true
+    /// The file changed at or after its last chunk since the newest tail copy: the next sync writes
+    /// one. nil until this state knows (its first sync then compares the newest copy with the end).
+    var tailCopyStale: Bool?
     /// The tail copies were consulted at the first check of the end (a power loss can only have hit
     /// the file before this process opened it).
     var tailCopiesChecked = false
