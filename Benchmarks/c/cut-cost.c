@@ -16,14 +16,13 @@
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
 
-enum { PLAIN, ENGINE, CONTENDERS, WORKLOADS = 3, MAX_ROUNDS = 64 };
-static const char *contenderNames[CONTENDERS] = { "plain", "engine" };
+#include "bench-table.h"
+
+enum { WORKLOADS = 3 };
 static const char *workloadNames[WORKLOADS] = { "shrink+regrow", "write+empty", "write+empty, synced" };
 static char buffer[65536];
 static const char *dir;
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void fail(const char *what) { perror(what); exit(1); }
 
 static int openAs(int c, const char *name) {
     char path[4096];
@@ -56,24 +55,10 @@ static double cycles(int c, int w, long count) {
     return t / count * 1e6;
 }
 
-static int byValue(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+/* The synced workload's cycles take ten times longer: it runs a tenth as many. */
+static double measure(int c, int w, long count) { return cycles(c, w, w == 2 ? count / 10 + 1 : count); }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: %s DIR [ROUNDS [CYCLES]]\n", argv[0]); return 2; }
-    dir = argv[1];
-    int rounds = argc > 2 ? atoi(argv[2]) : 5;
-    long count = argc > 3 ? atol(argv[3]) : 2000;
-    if (rounds < 1 || rounds > MAX_ROUNDS || count < 1) { fprintf(stderr, "bad ROUNDS or CYCLES\n"); return 2; }
     memset(buffer, 0x5a, sizeof buffer);
-    static double t[WORKLOADS][CONTENDERS][MAX_ROUNDS];
-    for (int r = 0; r < rounds; r++)
-        for (int w = 0; w < WORKLOADS; w++)
-            for (int c = 0; c < CONTENDERS; c++) t[w][c][r] = cycles(c, w, w == 2 ? count / 10 + 1 : count);
-    printf("%-22s %12s %12s %8s   (median of %d rounds, µs per cycle)\n", "workload", contenderNames[PLAIN], contenderNames[ENGINE], "ratio", rounds);
-    for (int w = 0; w < WORKLOADS; w++) {
-        double m[CONTENDERS];
-        for (int c = 0; c < CONTENDERS; c++) { qsort(t[w][c], rounds, sizeof(double), byValue); m[c] = t[w][c][rounds / 2]; }
-        printf("%-22s %12.2f %12.2f %8.2f\n", workloadNames[w], m[PLAIN], m[ENGINE], m[ENGINE] / m[PLAIN]);
-    }
-    return 0;
+    return runCycles(argc, argv, &dir, 2000, WORKLOADS, workloadNames, measure);
 }

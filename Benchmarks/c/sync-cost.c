@@ -18,14 +18,13 @@
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
 
-enum { PLAIN, ENGINE, CONTENDERS, WORKLOADS = 4, MAX_ROUNDS = 64 };
-static const char *contenderNames[CONTENDERS] = { "plain", "engine" };
+#include "bench-table.h"
+
+enum { WORKLOADS = 4 };
 static const char *workloadNames[WORKLOADS] = { "append 100+fdatasync", "append 4K+fdatasync", "pwrite 4K+fdatasync", "append 100, O_DSYNC" };
 static char buffer[1 << 20];
 static const char *dir;
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void fail(const char *what) { perror(what); exit(1); }
 
 static int openAs(int c, const char *name, int flags) {
     char path[4096];
@@ -66,24 +65,7 @@ static double cycles(int c, int w, long count) {
     return t / count * 1e6;
 }
 
-static int byValue(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
-
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: %s DIR [ROUNDS [CYCLES]]\n", argv[0]); return 2; }
-    dir = argv[1];
-    int rounds = argc > 2 ? atoi(argv[2]) : 5;
-    long count = argc > 3 ? atol(argv[3]) : 300;
-    if (rounds < 1 || rounds > MAX_ROUNDS || count < 1) { fprintf(stderr, "bad ROUNDS or CYCLES\n"); return 2; }
     for (size_t i = 0; i < sizeof buffer; i++) buffer[i] = (char)(i * 7 + 1);
-    static double t[WORKLOADS][CONTENDERS][MAX_ROUNDS];
-    for (int r = 0; r < rounds; r++)
-        for (int w = 0; w < WORKLOADS; w++)
-            for (int c = 0; c < CONTENDERS; c++) t[w][c][r] = cycles(c, w, count);
-    printf("%-22s %12s %12s %8s   (median of %d rounds, µs per cycle)\n", "workload", contenderNames[PLAIN], contenderNames[ENGINE], "ratio", rounds);
-    for (int w = 0; w < WORKLOADS; w++) {
-        double m[CONTENDERS];
-        for (int c = 0; c < CONTENDERS; c++) { qsort(t[w][c], rounds, sizeof(double), byValue); m[c] = t[w][c][rounds / 2]; }
-        printf("%-22s %12.2f %12.2f %8.2f\n", workloadNames[w], m[PLAIN], m[ENGINE], m[ENGINE] / m[PLAIN]);
-    }
-    return 0;
+    return runCycles(argc, argv, &dir, 300, WORKLOADS, workloadNames, cycles);
 }

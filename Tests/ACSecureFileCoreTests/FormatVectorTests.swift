@@ -208,31 +208,29 @@ final class FormatVectorTests: XCTestCase {
             if !name.hasPrefix("v"), (128..<dataOffset).contains(bit / 8) {
                 if bit / 8 >= 224 && bit % 64 != 0 { continue }  // slot bytes never written: a sample
                 XCTAssertEqual(try IndependentDecoder.decrypt(b, kek: kek), plaintext, "\(name): bit \(bit) (tail copy)")
-                if bit / 8 < 224, bit % 4 == 0 {
-                    let env = try TestEnvironment()
-                    writeWholeFile(env.path("flipped"), b)
-                    let f = try SecureFile.open(env.path("flipped"), flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
-                    XCTAssertEqual(try f.readAll(), plaintext, "\(name): bit \(bit), through the engine")
-                    XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0)
-                    try f.close()
-                }
+                if bit / 8 < 224, bit % 4 == 0 { try assertEngineReads(b, plaintext, kek: kek, "\(name): bit \(bit)") }
                 continue
             }
             if !name.hasPrefix("v1"), !name.hasPrefix("v2"), (108..<128).contains(bit / 8), let decoded = try? IndependentDecoder.decrypt(b, kek: kek) {
                 XCTAssertEqual(decoded, plaintext, "\(name): bit \(bit) (pending-end record)")
-                // The engine agrees.
-                let env = try TestEnvironment()
-                writeWholeFile(env.path("flipped"), b)
-                let f = try SecureFile.open(env.path("flipped"), flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
-                XCTAssertEqual(try f.readAll(), plaintext, "\(name): bit \(bit), through the engine")
-                XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0)
-                try f.close()
+                try assertEngineReads(b, plaintext, kek: kek, "\(name): bit \(bit)")
                 continue
             }
             XCTAssertThrowsError(try IndependentDecoder.decrypt(b, kek: kek), "\(name): bit \(bit)")
         }
         }
     }
+}
+
+/// The engine agrees with the decoder: `bytes`, as a file, read `plaintext` whole, nothing after its end.
+private func assertEngineReads(_ bytes: [UInt8], _ plaintext: [UInt8], kek: KeyEncryptionKey, _ what: String,
+                               file: StaticString = #filePath, line: UInt = #line) throws {
+    let env = try TestEnvironment()
+    writeWholeFile(env.path("flipped"), bytes)
+    let f = try SecureFile.open(env.path("flipped"), flags: O_RDONLY, services: FixedKeyProvider(kek: kek))
+    XCTAssertEqual(try f.readAll(), plaintext, "\(what), through the engine", file: file, line: line)
+    XCTAssertEqual(try f.bytesAfterAuthenticatedEnd, 0, what, file: file, line: line)
+    try f.close()
 }
 
 /// A decoder written from docs/FORMAT.md, sharing nothing with the engine but AES-256-GCM and HKDF.
