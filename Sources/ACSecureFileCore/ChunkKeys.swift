@@ -1,4 +1,5 @@
 import ACCrypto
+import Synchronization
 
 /// The AES-GCM keys of one file's chunks and trailer (docs/FORMAT.md "Nonces and chunk keys").
 ///
@@ -16,7 +17,8 @@ import ACCrypto
 /// Concurrency: everything but `takeReader`/`giveReader` is used under the file's lock held
 /// exclusively. Readers that hold it shared (`SharedFile.readConcurrently`) each take a `Reader`
 /// of their own (its GCM contexts and buffers are used by one thread at a time); the pool of idle
-/// readers and the PRF behind their key derivation are guarded by `readerLock`.
+/// readers and the PRF behind their key derivation are guarded by `readerLock` (one idle reader is
+/// kept in an atomic slot besides, for the common case of one thread reading).
 final class ChunkKeys {
     static let writesPerSelector = 1 << 16
     static let cachedSelectors = 32
@@ -46,8 +48,15 @@ final class ChunkKeys {
     /// exclusively, when no reader runs).
     private let readerLock = PThreadMutex()
     private var idleReaders: [Reader] = []
+    /// One idle reader outside the pool (retained, as `Unmanaged`): a thread reading alone takes and
+    /// gives it back with one atomic exchange each, no lock.
+    private let idleReader = Atomic<UnsafeMutableRawPointer?>(nil)
     /// Idle readers kept for reuse (more are made while more threads read at once).
     static let keptReaders = 8
+
+    deinit {
+        if let idle = idleReader.load(ordering: .acquiring) { Unmanaged<Reader>.fromOpaque(idle).release() }
+    }
 
     init(dataKey: SecureBytes, selectors: Bool) throws(CryptoError) {
         keyScratch = try SecureBuffer(count: 32)
@@ -229,11 +238,15 @@ final class ChunkKeys {
 
     /// A reader for this thread's call (an idle one, or a new one); give it back with `giveReader`.
     func takeReader() throws(CryptoError) -> Reader {
+        if let idle = idleReader.exchange(nil, ordering: .acquiring) { return Unmanaged<Reader>.fromOpaque(idle).takeRetainedValue() }
         if let reader = readerLock.withLock({ idleReaders.popLast() }) { return reader }
         return try Reader(single: singleKey.map { (key: SecureBytes) throws(CryptoError) in try AESGCMContext(key: key) })
     }
 
     func giveReader(_ reader: Reader) {
+        let retained = Unmanaged.passRetained(reader).toOpaque()
+        if idleReader.compareExchange(expected: nil, desired: retained, ordering: .releasing).exchanged { return }
+        Unmanaged<Reader>.fromOpaque(retained).release()
         let dropped: Reader? = readerLock.withLock {
             guard idleReaders.count < Self.keptReaders else { return reader }
             idleReaders.append(reader)
