@@ -2,8 +2,9 @@
 import Glibc
 #endif
 
-// The project's one lock, for every module: a pthread mutex, alone (`PThreadMutex`, for a lock held
-// across a whole operation) or guarding a value (`LockedValue`).
+// The project's locks, for every module: a pthread mutex, alone (`PThreadMutex`, for a lock held
+// across a whole operation) or guarding a value (`LockedValue`), and a pthread reader-writer lock
+// (`PThreadRWLock`, a secure file's lock: preads share it).
 //
 // Why pthread: ThreadSanitizer intercepts `pthread_mutex_lock`/`unlock`, so a TSan run checks every
 // critical section (scripts/test.d/45-tsan.sh, with no suppressions). It does not see
