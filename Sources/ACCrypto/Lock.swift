@@ -2,8 +2,9 @@
 import Glibc
 #endif
 
-// The project's one lock, for every module: a pthread mutex, alone (`PThreadMutex`, for a lock held
-// across a whole operation) or guarding a value (`LockedValue`).
+// The project's locks, for every module: a pthread mutex, alone (`PThreadMutex`, for a lock held
+// across a whole operation) or guarding a value (`LockedValue`), and a pthread reader-writer lock
+// (`PThreadRWLock`, a secure file's lock: preads share it).
 //
 // Why pthread: ThreadSanitizer intercepts `pthread_mutex_lock`/`unlock`, so a TSan run checks every
 // critical section (scripts/test.d/45-tsan.sh, with no suppressions). It does not see
@@ -47,5 +48,39 @@ package final class LockedValue<Value>: @unchecked Sendable {
         mutex.lock()
         defer { mutex.unlock() }
         return try body(&value)
+    }
+}
+
+/// A pthread reader-writer lock that prefers writers (a stream of readers cannot starve a writer):
+/// `lock()`/`unlock()`/`withLock` take it exclusively, as `PThreadMutex` does, so code written for a
+/// mutex keeps its meaning; `lockShared()`/`unlockShared()` let readers in together. Not recursive.
+package final class PThreadRWLock: @unchecked Sendable {
+    private let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+
+    package init() {
+        var attributes = pthread_rwlockattr_t()
+        pthread_rwlockattr_init(&attributes)
+        pthread_rwlockattr_setkind_np(&attributes, Int32(PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP))
+        pthread_rwlock_init(rwlock, &attributes)
+        pthread_rwlockattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_rwlock_destroy(rwlock)
+        rwlock.deallocate()
+    }
+
+    @inline(__always) package func lock() { pthread_rwlock_wrlock(rwlock) }
+
+    @inline(__always) package func unlock() { pthread_rwlock_unlock(rwlock) }
+
+    @inline(__always) package func lockShared() { pthread_rwlock_rdlock(rwlock) }
+
+    @inline(__always) package func unlockShared() { pthread_rwlock_unlock(rwlock) }
+
+    @inline(__always) package func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        lock()
+        defer { unlock() }
+        return try body()
     }
 }

@@ -1,4 +1,5 @@
 import ACCrypto
+import Synchronization
 
 /// The AES-GCM keys of one file's chunks and trailer (docs/FORMAT.md "Nonces and chunk keys").
 ///
@@ -12,6 +13,12 @@ import ACCrypto
 /// Key material: the data key and each K_s pass through guarded memory (`SecureBytes`), but the
 /// expanded AES key schedules (of the PRF and of each cached GCM context) live in OpenSSL's heap,
 /// as for every OpenSSL context; they are cleansed when the context is freed (services lock, close).
+///
+/// Concurrency: everything but `takeReader`/`giveReader` is used under the file's lock held
+/// exclusively. Readers that hold it shared (`SharedFile.readConcurrently`) each take a `Reader`
+/// of their own (its GCM contexts and buffers are used by one thread at a time); the pool of idle
+/// readers and the PRF behind their key derivation are guarded by `readerLock` (one idle reader is
+/// kept in an atomic slot besides, for the common case of one thread reading).
 final class ChunkKeys {
     static let writesPerSelector = 1 << 16
     static let cachedSelectors = 32
@@ -35,8 +42,25 @@ final class ChunkKeys {
     /// How many selectors this writer has drawn (observable by tests).
     private(set) var selectorsDrawn = 0
 
+    /// Version 1: the data key, for the readers' own contexts.
+    private let singleKey: SecureBytes?
+    /// Guards `idleReaders` and, for readers, `prf` (a writer uses it only with the file's lock held
+    /// exclusively, when no reader runs).
+    private let readerLock = PThreadMutex()
+    private var idleReaders: [Reader] = []
+    /// One idle reader outside the pool (retained, as `Unmanaged`): a thread reading alone takes and
+    /// gives it back with one atomic exchange each, no lock.
+    private let idleReader = Atomic<UnsafeMutableRawPointer?>(nil)
+    /// Idle readers kept for reuse (more are made while more threads read at once).
+    static let keptReaders = 8
+
+    deinit {
+        if let idle = idleReader.load(ordering: .acquiring) { Unmanaged<Reader>.fromOpaque(idle).release() }
+    }
+
     init(dataKey: SecureBytes, selectors: Bool) throws(CryptoError) {
         keyScratch = try SecureBuffer(count: 32)
+        singleKey = selectors ? nil : dataKey
         if selectors {
             prf = try AESBlockCipher(key: dataKey)
             single = nil
@@ -134,5 +158,100 @@ final class ChunkKeys {
         writeSelector = s
         writesLeft = Self.writesPerSelector
         selectorsDrawn += 1
+    }
+
+    // MARK: concurrent readers
+
+    /// What one thread needs to open chunks while other threads do the same: GCM contexts of its
+    /// own (an OpenSSL context holds the state of one operation), a plaintext chunk for partial
+    /// reads (guarded memory, wiped after each use), ciphertext staging and the AAD.
+    final class Reader {
+        fileprivate let single: AESGCMContext?
+        private var cached: [(selector: UInt32, context: AESGCMContext)] = []
+        private var hand = 0
+        private let keyScratch: SecureBuffer?
+        /// Selectors a reader keeps contexts for (most files meet one or two).
+        static let cachedSelectors = 4
+        /// The AAD of the chunk being opened (`FileLayout.chunkAADSize` bytes).
+        let aad: UnsafeMutableRawPointer
+        private var scratch: UnsafeMutableRawPointer?
+        private var scratchCapacity = 0
+        private var chunk: SecureBuffer?
+
+        fileprivate init(single: AESGCMContext?) throws(CryptoError) {
+            self.single = single
+            keyScratch = single == nil ? try SecureBuffer(count: 32) : nil
+            aad = .allocate(byteCount: 64, alignment: 16)
+        }
+
+        deinit {
+            scratch?.deallocate()
+            aad.deallocate()
+        }
+
+        /// The context that opens a chunk naming selector `s`, or nil if OpenSSL fails.
+        @inline(__always) func context(forSelector s: UInt32, keys: ChunkKeys) -> AESGCMContext? {
+            if let single { return single }
+            for entry in cached where entry.selector == s { return entry.context }
+            guard let keyScratch, let prf = keys.prf else { return nil }
+            defer { keyScratch.wipe() }
+            let derived: Bool = keys.readerLock.withLock {
+                do throws(CryptoError) { try ChunkKeys.derive(prf, selector: s, into: keyScratch) } catch { return false }
+                return true
+            }
+            guard derived else { return nil }
+            if cached.count < Self.cachedSelectors {
+                guard let fresh = try? AESGCMContext(key: keyScratch) else { return nil }
+                cached.append((s, fresh))
+                return fresh
+            }
+            let context = cached[hand].context
+            do throws(CryptoError) { try context.rekey(keyScratch) } catch {
+                cached.remove(at: hand)
+                hand = 0
+                return nil
+            }
+            cached[hand].selector = s
+            hand = (hand + 1) % Self.cachedSelectors
+            return context
+        }
+
+        /// Ciphertext staging of at least `bytes` (not secret: what the disk holds).
+        func scratch(_ bytes: Int) -> UnsafeMutableRawPointer {
+            if let scratch, scratchCapacity >= bytes { return scratch }
+            scratch?.deallocate()
+            let block = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 64)
+            scratch = block
+            scratchCapacity = bytes
+            return block
+        }
+
+        /// A plaintext chunk buffer of at least `bytes` (the caller wipes what it put there).
+        func chunk(_ bytes: Int) throws(CryptoError) -> UnsafeMutableRawPointer {
+            if let chunk, chunk.count >= bytes { return chunk.withUnsafeMutableBytes { $0.baseAddress! } }
+            chunk = nil
+            let fresh = try SecureBuffer(count: bytes)
+            chunk = fresh
+            return fresh.withUnsafeMutableBytes { $0.baseAddress! }
+        }
+    }
+
+    /// A reader for this thread's call (an idle one, or a new one); give it back with `giveReader`.
+    func takeReader() throws(CryptoError) -> Reader {
+        if let idle = idleReader.exchange(nil, ordering: .acquiring) { return Unmanaged<Reader>.fromOpaque(idle).takeRetainedValue() }
+        if let reader = readerLock.withLock({ idleReaders.popLast() }) { return reader }
+        return try Reader(single: singleKey.map { (key: SecureBytes) throws(CryptoError) in try AESGCMContext(key: key) })
+    }
+
+    func giveReader(_ reader: Reader) {
+        let retained = Unmanaged.passRetained(reader).toOpaque()
+        if idleReader.compareExchange(expected: nil, desired: retained, ordering: .releasing).exchanged { return }
+        Unmanaged<Reader>.fromOpaque(retained).release()
+        let dropped: Reader? = readerLock.withLock {
+            guard idleReaders.count < Self.keptReaders else { return reader }
+            idleReaders.append(reader)
+            return nil
+        }
+        withExtendedLifetime(dropped) {}  // freed outside the lock
     }
 }

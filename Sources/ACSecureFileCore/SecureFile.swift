@@ -9,7 +9,8 @@ import ACSystemCalls
 ///
 /// Its `fileDescriptor` is a real kernel descriptor on the encrypted file (never use it for plain
 /// I/O). Handles on the same file share state, so each sees the others' writes at once. A handle
-/// may be used from many threads: operations on one file are serialised.
+/// may be used from many threads: operations on one file are serialised, except `pread`s, which
+/// run at once (docs/FORMAT.md "Caching, durability, concurrency and crashes").
 public final class SecureFile: @unchecked Sendable {
     public let fileDescriptor: Int32
     public let path: BytePath
@@ -23,7 +24,7 @@ public final class SecureFile: @unchecked Sendable {
     /// `O_DSYNC` / `O_SYNC`: every write and truncate of this handle ends with `datasync()` /
     /// `sync()` (so it is durable when it returns, as with those flags on a plain file).
     let synchronized: Durability?
-    // Guarded by shared.lock:
+    // Guarded by shared.lock (written with it held exclusively):
     private var offset: Int64 = 0
     private var isClosed = false
     /// The last deferred write error of the shared state this handle has reported.
@@ -113,11 +114,30 @@ public final class SecureFile: @unchecked Sendable {
     public func pread(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
         // Linux checks the offset before the descriptor.
         guard offset >= 0 else { throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): negative offset") }
+        if let base = buffer.baseAddress, let n = try preadConcurrently(into: base, count: buffer.count, at: offset) { return n }
         let (end, overflow) = offset.addingReportingOverflow(Int64(buffer.count))
         return try locked(.read, readEnd: overflow ? .max : end) { (s: SharedFile) throws(SecureFileError) -> Int in
             guard let base = buffer.baseAddress else { return 0 }
             return try s.read(into: base, count: buffer.count, at: offset)
         }
+    }
+
+    /// `pread` with the file's lock held shared, so that reads from many threads (on this handle or
+    /// others of the file) run at once, when the state allows it (`SharedFile.concurrentReadKeys`:
+    /// default mode, no write-back run, the end authenticated, keys loaded); nil when the read must
+    /// take the exclusive path (`locked`), which also reports what this one leaves to it (a closed
+    /// handle, a write-only one, a deferred error).
+    @inline(__always)
+    private func preadConcurrently(into base: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int? {
+        guard canRead else { return nil }
+        let s = shared
+        s.lock.lockShared()
+        defer { s.lock.unlockShared() }
+        guard !isClosed, s.deferredErrorGeneration == seenErrorGeneration, let keys = s.concurrentReadKeys,
+              let reader = try? keys.takeReader() else { return nil }
+        defer { keys.giveReader(reader) }
+        s.services.noteActivity()
+        return try s.readConcurrently(into: base, count: count, at: offset, reader: reader, keys: keys)
     }
 
     /// `readv(2)`: fills the buffers in order, as one read.

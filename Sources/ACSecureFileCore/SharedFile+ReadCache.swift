@@ -13,7 +13,11 @@ import ACCrypto
 /// affects; a new generation, a recovered or resynchronised end, coordinated mode and a services
 /// lock drop it all (freed, so wiped); the last close frees it. Failing to allocate it only means
 /// reading without it (`readCacheUnavailable`).
+///
+/// Its own `mutex` guards the slots: readers that hold the file's lock shared
+/// (`SharedFile.readConcurrently`) look up, copy out and store at the same time.
 final class ChunkReadCache {
+    private let mutex = PThreadMutex()
     let buffer: SecureBuffer
     let base: UnsafeMutableRawPointer
     let shift: Int
@@ -67,17 +71,33 @@ final class ChunkReadCache {
     }
 
     /// The cached plaintext of chunk `index` (marks it used), or nil.
+    /// The pointer stays valid only while the file's lock is held exclusively.
     @inline(__always) func lookup(_ index: Int64) -> UnsafeMutableRawPointer? {
-        guard let slot = slot(of: index) else { return nil }
-        lastUsed[slot >> 1] = UInt8(slot & 1)
-        return slotBase(slot)
+        mutex.withLock {
+            guard let slot = slot(of: index) else { return nil }
+            lastUsed[slot >> 1] = UInt8(slot & 1)
+            return slotBase(slot)
+        }
     }
 
-    @inline(__always) func holds(_ index: Int64) -> Bool { slot(of: index) != nil }
+    /// Copies `count` bytes of chunk `index` from `offset` in it to `destination` (marks it used);
+    /// false if it is not cached.
+    @inline(__always) func copy(_ index: Int64, from offset: Int, count: Int, to destination: UnsafeMutableRawPointer) -> Bool {
+        mutex.withLock {
+            guard let slot = slot(of: index) else { return false }
+            lastUsed[slot >> 1] = UInt8(slot & 1)
+            destination.copyMemory(from: slotBase(slot) + offset, byteCount: count)
+            return true
+        }
+    }
+
+    @inline(__always) func holds(_ index: Int64) -> Bool { mutex.withLock { slot(of: index) != nil } }
 
     /// Stores `length` bytes of chunk `index` from `plaintext` (its slot if cached, else an empty
     /// way, else the way not used last).
     func store(_ index: Int64, from plaintext: UnsafeRawPointer, length: Int) {
+        mutex.lock()
+        defer { mutex.unlock() }
         let set = Int(index & setMask)
         let slot = slot(of: index)
             ?? (indices[2 * set] < 0 ? 2 * set : indices[2 * set + 1] < 0 ? 2 * set + 1 : 2 * set + (lastUsed[set] == 0 ? 1 : 0))
@@ -92,6 +112,8 @@ final class ChunkReadCache {
 
     /// Forgets (and wipes) every chunk from `index` on.
     func drop(from index: Int64) {
+        mutex.lock()
+        defer { mutex.unlock() }
         for slot in 0..<slotCount where indices[slot] >= index {
             secureZero(UnsafeMutableRawBufferPointer(start: slotBase(slot), count: Int(lengths[slot])))
             indices[slot] = -1

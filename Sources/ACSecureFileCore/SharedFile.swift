@@ -10,7 +10,9 @@ import ACSystemCalls
 ///
 /// This file owns the state, the keys and the errors deferred to the next call; reading, writing,
 /// the chunk codec, the authenticated end and multi-process coordination are extensions in
-/// `SharedFile+*.swift`. Everything is guarded by `lock`; the methods assume it is held.
+/// `SharedFile+*.swift`. Everything is guarded by `lock`; the methods assume it is held exclusively,
+/// except `readConcurrently` (`SharedFile+Read.swift`), which runs with it held shared and changes
+/// nothing here (docs/ARCHITECTURE.md "Locks").
 ///
 /// Invariants:
 /// - After every system call the engine makes, the disk holds a file that opens: a prefix of
@@ -26,7 +28,8 @@ final class SharedFile: @unchecked Sendable {
     struct Identity: Hashable { var device: UInt64; var inode: UInt64 }
 
     let identity: Identity
-    let lock = PThreadMutex()
+    /// Held exclusively by every operation, except reads that `concurrentReadKeys` lets in shared.
+    let lock = PThreadRWLock()
     let services: any KeyProvider
     var keySelection: KeySelection
     /// Path at first open, for messages only.
@@ -112,7 +115,9 @@ final class SharedFile: @unchecked Sendable {
     var deferredError: SecureFileError?
     var deferredErrorGeneration: UInt64 = 0
 
-    // The one-chunk read cache (clean: it holds a chunk as it is on disk).
+    // The one-chunk read cache (clean: it holds a chunk as it is on disk). Readers that hold `lock`
+    // shared use it under `cacheLock`; holders of `lock` exclusively need not take that.
+    let cacheLock = PThreadMutex()
     var cacheIndex: Int64 = -1
     var cacheLength = 0
     var cache: SecureBuffer

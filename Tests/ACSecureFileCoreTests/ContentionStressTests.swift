@@ -5,6 +5,7 @@ import XCTest
 import ACSecureTestSupport
 import Dispatch
 import ACCrypto
+@_spi(Testing) import ACSystemCalls
 @testable import ACSecureFileCore
 
 /// Many threads reading, writing, appending and truncating one file at once (issue 26 item 4): the
@@ -16,7 +17,10 @@ import ACCrypto
 ///   there, each chunk stamped with one (writer, version) value. The owner reads its region back
 ///   exactly as its own model says (nobody else writes it); readers may read any region, and every
 ///   chunk they read is one stamp whole (a read sees a write entirely or not at all, per chunk),
-///   never a version older than one they saw before (no going back in time).
+///   never a version older than one they saw before (no going back in time). Readers share one
+///   handle and read whole chunks, parts of one chunk and spans from inside one chunk to inside
+///   another: preads run with the file's lock held shared (`SecureFile.preadConcurrently`), so
+///   these are what checks that a write or truncation excludes them, per chunk, on every read path.
 /// - **Log.** After the regions, appenders add 128-byte records with `O_APPEND` (32 per chunk, none
 ///   across two chunks), and a truncator cuts the log back to a record boundary or grows it with
 ///   zeros. Every record anyone reads is a whole valid record or zeros; at the end, every record is
@@ -70,13 +74,44 @@ final class ContentionStressTests: XCTestCase {
     }
 
     func testThreadsReadingWritingAppendingAndTruncatingOneFile() throws {
+        try stress(readCache: .off, operations: Self.operations)
+    }
+
+    /// The same with a read cache smaller than the file: readers store into it and copy out of it
+    /// while writers replace and truncation drops its chunks.
+    func testThreadsOnOneFileWithAReadCache() throws {
+        try stress(readCache: .bytes(64 << 10), operations: Self.operations / 2)
+    }
+
+    /// Fewer under ThreadSanitizer (scripts/test.d/45-tsan.sh), which is about ten times slower.
+    static var operations: Int { getenv("ACSECURE_STRESS_OPERATIONS").flatMap { Int(String(cString: $0)) } ?? 400 }
+
+    /// Checks the region part of a read of `got` at `offset` (below `logStart`): each chunk's part is
+    /// one stamp, of the region's owner, not older than one seen before.
+    static func checkRegionRead(_ got: [UInt8], at offset: Int, seen: inout [Int: UInt32], _ fail: (String) -> Void) {
+        var at = offset
+        while at < offset + got.count {
+            let c = at / chunk
+            let end = min(offset + got.count, (c + 1) * chunk)
+            guard let s = stamp(of: got[(at - offset)..<(end - offset)]) else {
+                fail("chunk \(c) (bytes \(at - c * chunk)..<\(end - c * chunk)) is not one write whole"); return
+            }
+            if s.writer >= 0, s.writer != c * chunk / region { fail("chunk \(c) holds writer \(s.writer)'s stamp") }
+            if let before = seen[c], s.version < before { fail("chunk \(c) went back from version \(before) to \(s.version)") }
+            seen[c] = s.version
+            at = end
+        }
+    }
+
+    func stress(readCache: SecureFile.ReadCache, operations: Int) throws {
         let env = try TestEnvironment()
         let path = env.path("contention")
         let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
         try setup.pwrite([UInt8](repeating: 0, count: Self.logStart), at: 0)
         try setup.close()
-        // Fewer under ThreadSanitizer (scripts/test.d/45-tsan.sh), which is about ten times slower.
-        let operations = getenv("ACSECURE_STRESS_OPERATIONS").flatMap { Int(String(cString: $0)) } ?? 400
+        // The readers' one handle (pread on a shared descriptor).
+        let readerHandle = try SecureFile.open(path, flags: O_RDONLY, services: env.services, readCache: readCache)
+        defer { try? readerHandle.close() }
         let failures = LockedValue<[String]>([])
         @Sendable func fail(_ s: String) { failures.withLock { if $0.count < 20 { $0.append(s) } } }
         let services = env.services
@@ -89,7 +124,7 @@ final class ContentionStressTests: XCTestCase {
                 if role < Self.writers {
                     // A writer: whole chunks of its own region, one or two per call, on one shared
                     // handle or a handle of its own (both paths of the state).
-                    let f = try SecureFile.open(path, flags: O_RDWR, services: services)
+                    let f = try SecureFile.open(path, flags: O_RDWR, services: services, readCache: readCache)
                     defer { try? f.close() }
                     var versions = [UInt32](repeating: 0, count: Self.region / Self.chunk)
                     var next: UInt32 = 1
@@ -113,21 +148,21 @@ final class ContentionStressTests: XCTestCase {
                     models.withLock { $0[role] = versions }
                 } else if role < Self.writers + Self.readers {
                     // A reader: any region (whole chunks: one stamp each, never older than seen) and the log.
-                    let f = try SecureFile.open(path, flags: O_RDONLY, services: services)
-                    defer { try? f.close() }
+                    let f = readerHandle
                     var seen = [Int: UInt32]()
                     for _ in 0..<operations {
-                        if Bool.random(using: &rng) {
+                        if Int.random(in: 0..<3, using: &rng) > 0 {
+                            // Whole chunks, part of one chunk, or from inside one chunk to inside another.
                             let c = Int.random(in: 0..<(Self.logStart / Self.chunk - 2), using: &rng)
-                            let got = try f.pread(count: 3 * Self.chunk, at: Int64(c * Self.chunk))
-                            for k in 0..<3 {
-                                guard let s = Self.stamp(of: got[(k * Self.chunk)..<((k + 1) * Self.chunk)]) else {
-                                    fail("reader \(role): chunk \(c + k) is not one write whole"); continue
-                                }
-                                if s.writer >= 0, s.writer != (c + k) * Self.chunk / Self.region { fail("reader \(role): chunk \(c + k) holds writer \(s.writer)'s stamp") }
-                                if let before = seen[c + k], s.version < before { fail("reader \(role): chunk \(c + k) went back from version \(before) to \(s.version)") }
-                                seen[c + k] = s.version
+                            let (start, count): (Int, Int)
+                            switch Int.random(in: 0..<3, using: &rng) {
+                            case 0: (start, count) = (c * Self.chunk, 3 * Self.chunk)
+                            case 1: (start, count) = (c * Self.chunk + 8 * Int.random(in: 0..<400, using: &rng), 8 * Int.random(in: 1...100, using: &rng))
+                            default: (start, count) = (c * Self.chunk + 8 * Int.random(in: 1..<512, using: &rng), Self.chunk + 8 * Int.random(in: 1..<512, using: &rng))
                             }
+                            let got = try f.pread(count: count, at: Int64(start))
+                            if got.count != count { fail("reader \(role): short read \(got.count) of \(count) at \(start)") }
+                            Self.checkRegionRead(got, at: start, seen: &seen) { fail("reader \(role): \($0)") }
                         } else {
                             let size = try f.size
                             let records = (Int(size) - Self.logStart) / Self.record
@@ -189,5 +224,44 @@ final class ContentionStressTests: XCTestCase {
             }
         }
         XCTAssertGreaterThan(valid, Self.appenders * operations / 2, "most records survive the cuts")
+    }
+
+    /// Two threads' preads of one file, on a handle each and on one shared handle, are inside the
+    /// read system call at the same time: each thread's pread waits there (a system-call driver)
+    /// until the other's arrives. With the file's lock held exclusively across the read, the second
+    /// could never arrive and the first would give up after 5 s.
+    func testPreadsOfOneFileRunAtOnce() throws {
+        let env = try TestEnvironment()
+        let path = env.path("at-once")
+        let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        try setup.pwrite([UInt8](repeating: 7, count: 8 * Self.chunk), at: 0)
+        try setup.close()
+        for sharedHandle in [false, true] {
+            let one = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            let handles = sharedHandle ? [one, one] : [one, try SecureFile.open(path, flags: O_RDONLY, services: env.services)]
+            // The end is authenticated by a first read (that one takes the lock exclusively).
+            XCTAssertEqual(try one.pread(count: 1, at: 0), [7])
+            let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+            let met = LockedValue<[Bool]>([false, false])
+            DispatchQueue.concurrentPerform(iterations: 2) { t in
+                var waited = false
+                let driver = SystemCallDriver { call, _, _ in
+                    if call == .pread, !waited {
+                        waited = true
+                        arrived[t].signal()
+                        let other = arrived[1 - t].wait(timeout: .now() + 5) == .success
+                        met.withLock { $0[t] = other }
+                    }
+                    return nil
+                }
+                SystemCallDriver.with(driver) {
+                    let got = try? handles[t].pread(count: Self.chunk, at: Int64((2 + t) * Self.chunk))
+                    XCTAssertEqual(got, [UInt8](repeating: 7, count: Self.chunk))
+                }
+            }
+            XCTAssertEqual(met.withLock { $0 }, [true, true], sharedHandle ? "one shared handle" : "a handle each")
+            try one.close()
+            if !sharedHandle { try handles[1].close() }
+        }
     }
 }

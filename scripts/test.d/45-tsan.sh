@@ -8,10 +8,11 @@
 # - the C API's descriptor table across threads (last error per descriptor, open/close races);
 # - SecureBytesTests/testKeyMaterialIsSendable: key material read by several threads at once;
 # - ReadCacheTests/testThreadsOnOneCachedFile: threads on handles of one file with a read cache;
-# - ContentionStressTests: threads reading, writing, appending and truncating one file at once
-#   (fewer operations per thread here: ACSECURE_STRESS_OPERATIONS).
+# - ContentionStressTests: threads reading (preads with the file's lock shared), writing, appending
+#   and truncating one file at once, with and without a read cache (fewer operations per thread
+#   here: ACSECURE_STRESS_OPERATIONS).
 #
-# Every lock in the project is a pthread mutex (Sources/ACCrypto/Lock.swift), which TSan intercepts;
+# Every lock in the project is a pthread mutex or rwlock (Sources/ACCrypto/Lock.swift), which TSan intercepts;
 # it would not see Synchronization.Mutex on Linux, which is why that type is not used (docs/TESTING.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
