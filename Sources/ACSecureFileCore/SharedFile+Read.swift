@@ -108,7 +108,8 @@ extension SharedFile {
     /// adopt a fork), or read what only the exclusive path handles (the write-back run, another
     /// process's changes in coordinated mode).
     var concurrentReadKeys: ChunkKeys? {
-        guard tailVerified, !coordinated, runFirst < 0, hasHeader, forkGeneration == ForkGeneration.current,
+        // (An end restored from a tail copy reads its last chunk from the copy: the exclusive path.)
+        guard tailVerified, restoredTail == nil, !coordinated, runFirst < 0, hasHeader, forkGeneration == ForkGeneration.current,
               keyGeneration != 0, keyGeneration == services.keyGeneration,
               readCacheBytes == 0 || readCache != nil || readCacheUnavailable
         else { return nil }
