@@ -35,13 +35,14 @@ extension SharedFile {
     func writeTailCopyIfNeeded() throws(SecureFileError) {
         // A read-only state changed nothing (and cannot write): the newest copy stands.
         guard layout.hasTailCopies, hasHeader, ioFDWritable, tailVerified, tailFailure == nil, restoredTail == nil else { return }
-        if tailCopyStale == nil || coordinated {
+        let readNow = tailCopyStale == nil || coordinated
+        if readNow {
             // Whether the newest complete copy on disk is of this end (another process, or this one
             // before it reopened, may have written it): else this sync writes one.
             tailCopyStale = try !newestCompleteCopyIsTheEnd()
         }
         guard tailCopyStale == true else { return }
-        try writeTailCopy(size: diskSize)
+        try writeTailCopy(size: diskSize, sequenceIsCurrent: readNow)
     }
 
     /// Copies the end of a file of `size` bytes, as it is on disk (its last chunk if not full, and
@@ -49,7 +50,8 @@ extension SharedFile {
     /// to a chunk boundary calls it for its new end before the barrier that precedes its
     /// `ftruncate`: so the newest copy on the device never claims more than the file's durable
     /// length, or a crash's chunks (`takeTailCopyIfNeeded`).
-    func writeTailCopy(size: Int64) throws(SecureFileError) {
+    /// `sequenceIsCurrent`: the caller has just read the newest complete copy's sequence from disk.
+    func writeTailCopy(size: Int64, sequenceIsCurrent: Bool = false) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader, let cipher else { return }
         let (chunkBytes, total) = tailCopyLength(size: size)
         let buf = ensureScratch(total)
@@ -62,17 +64,17 @@ extension SharedFile {
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
             guard ok else { return }
         }
-        try writeTailCopy(size: size, sealedEnd: buf)
+        try writeTailCopy(size: size, sealedEnd: buf, sequenceIsCurrent: sequenceIsCurrent)
     }
 
     /// Writes `sealedEnd` (the sealed last chunk if not full, then the trailer, of a file of `size`
     /// bytes) as the next tail copy. A cut inside a chunk writes its shortened chunk so, before it
     /// rewrites that chunk in place.
-    func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer) throws(SecureFileError) {
+    func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
         // The sequence goes on from the newest complete copy on disk (another process may have
         // written one since, in coordinated mode).
-        if !tailCopySequenceKnown || coordinated { try loadTailCopySequence() }
+        if !sequenceIsCurrent && (!tailCopySequenceKnown || coordinated) { _ = try newestCompleteCopy() }
         let (chunkBytes, total) = tailCopyLength(size: size)
         let sequence = tailCopySequence &+ 1
         let slot = Int(sequence & 1)
@@ -194,26 +196,22 @@ extension SharedFile {
     /// Whether the newest complete copy on disk holds the end in place (its size, and its chunk copy's
     /// tag that of the last chunk in place); also sets `tailCopySequence` from the disk.
     private func newestCompleteCopyIsTheEnd() throws(SecureFileError) -> Bool {
+        guard let newest = try newestCompleteCopy() else { return false }
+        return try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: diskSize)
+    }
+
+    /// The newest complete copy on disk; its sequence (0 when there is none) is the one the next copy
+    /// follows into the other slot. Only a copy that authenticates whole counts: a slot of an earlier
+    /// generation, a forged one, or one a crash tore must not send the next copy over the newest
+    /// complete one.
+    private func newestCompleteCopy() throws(SecureFileError) -> (descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)? {
         var newest: (descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)?
         for c in try tailCopies() where c.descriptor.sequence >= newest?.descriptor.sequence ?? 0 {
             if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c }
         }
         tailCopySequence = newest?.descriptor.sequence ?? 0
         tailCopySequenceKnown = true
-        guard let newest else { return false }
-        return try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: diskSize)
-    }
-
-    /// The newest complete copy's sequence on disk, which the next copy follows into the other slot.
-    /// Only a copy that authenticates whole counts: a slot of an earlier generation, a forged one, or
-    /// one a crash tore must not send the next copy over the newest complete one.
-    private func loadTailCopySequence() throws(SecureFileError) {
-        var newest: UInt64 = 0
-        for c in try tailCopies() where c.descriptor.sequence >= newest {
-            if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c.descriptor.sequence }
-        }
-        tailCopySequence = newest
-        tailCopySequenceKnown = true
+        return newest
     }
 
     /// After the end check: whether a tail copy is the file's end instead of `mainSize` (the end
