@@ -193,11 +193,19 @@ package struct CrashStateBuilder {
 
     /// Every state to check, labelled, deterministic for `seed`.
     package func states(_ limits: CrashEnumerationLimits, seed: UInt64) -> [(kind: String, label: String, bytes: [UInt8])] {
-        var out: [(String, String, [UInt8])] = []
+        var out: [(kind: String, label: String, bytes: [UInt8])] = []
+        forEachState(limits, seed: seed) { out.append(($0, $1, $2)) }
+        return out
+    }
+
+    /// The states of `states(_:seed:)`, one at a time (an epoch of many large writes has more
+    /// states than fit in memory at once).
+    package func forEachState(_ limits: CrashEnumerationLimits, seed: UInt64,
+                              _ body: (_ kind: String, _ label: String, _ bytes: [UInt8]) throws -> Void) rethrows {
         let n = epoch.ops.count
         var rng = SplitMix64(seed: seed &+ UInt64(epoch.index) &* 0x9E37)
         // Prefixes: the first k calls whole.
-        for k in 0...n { out.append(("prefix", "prefix \(k)", build(sizes: k) { i, _ in i < k })) }
+        for k in 0...n { try body("prefix", "prefix \(k)", build(sizes: k) { i, _ in i < k }) }
         // Torn: the calls before i whole, call i only for some of its sectors, its size not yet (so
         // only its sectors below the size before it can show).
         for i in 0..<n where !sectors[i].isEmpty {
@@ -207,19 +215,19 @@ package struct CrashStateBuilder {
                 let all = sectors[i].count
                 let cuts = all - 1 <= limits.tornPositions ? Array(1..<all) : (1...limits.tornPositions).map { $0 * all / (limits.tornPositions + 1) }
                 for k in cuts {
-                    out.append(("torn", "call \(i) torn with its size: first \(k) of \(all) sectors", build(sizes: i + 1, ordered: false) { j, s in j < i || (j == i && s < k) }))
+                    try body("torn", "call \(i) torn with its size: first \(k) of \(all) sectors", build(sizes: i + 1, ordered: false) { j, s in j < i || (j == i && s < k) })
                 }
             }
             guard m > 1 else { continue }
             let positions = m - 1 <= limits.tornPositions ? Array(0..<m) : (0..<limits.tornPositions).map { $0 * m / limits.tornPositions }
             for k in positions {
-                if k > 0 { out.append(("torn", "call \(i) torn: first \(k) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && s < k) })) }
-                out.append(("torn", "call \(i) torn: only sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s == k) }))
-                if m > 2 { out.append(("torn", "call \(i) torn: all but sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s != k) })) }
+                if k > 0 { try body("torn", "call \(i) torn: first \(k) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && s < k) }) }
+                try body("torn", "call \(i) torn: only sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s == k) })
+                if m > 2 { try body("torn", "call \(i) torn: all but sector \(k) of \(m)", build(sizes: i) { j, s in j < i || (j == i && s != k) }) }
             }
             for r in 0..<limits.randomTears {
                 let keep = sectors[i].map { _ in rng.next() & 1 == 1 }
-                out.append(("torn", "call \(i) torn: random subset \(r) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && keep[s]) }))
+                try body("torn", "call \(i) torn: random subset \(r) of \(m) sectors", build(sizes: i) { j, s in j < i || (j == i && keep[s]) })
             }
         }
         // Reordered: any subset of the calls whole, with every size the calls allow.
@@ -234,7 +242,7 @@ package struct CrashStateBuilder {
             let chosen = Set(writes.enumerated().filter { mask >> UInt64($0.offset % 64) & 1 == 1 }.map(\.element))
             for p in sizePoints {
                 let names = chosen.sorted().map(String.init).joined(separator: ",")
-                out.append(("reordered", "calls {\(names)} persisted, sizes of the first \(p)", build(sizes: p) { i, _ in chosen.contains(i) }))
+                try body("reordered", "calls {\(names)} persisted, sizes of the first \(p)", build(sizes: p) { i, _ in chosen.contains(i) })
             }
         }
         // Mixed: each sector of each call persisted or not, a random size point.
@@ -242,9 +250,8 @@ package struct CrashStateBuilder {
         for r in 0..<limits.mixed {
             let p = points[Int(rng.next() % UInt64(points.count))]
             let keep = sectors.map { $0.map { _ in rng.next() & 1 == 1 } }
-            out.append(("mixed", "mixed \(r): random sectors of every call, sizes of the first \(p)", build(sizes: p) { i, s in keep[i][s] }))
+            try body("mixed", "mixed \(r): random sectors of every call, sizes of the first \(p)", build(sizes: p) { i, s in keep[i][s] })
         }
-        return out
     }
 }
 
