@@ -42,6 +42,11 @@ final class ChunkKeys {
     /// How many selectors this writer has drawn (observable by tests).
     private(set) var selectorsDrawn = 0
 
+    /// Contexts keyed like the writer's (K_s of `batchSelector`, or the data key in version 1) for
+    /// the threads that seal a large write's pieces with it (`SealingPool`).
+    private var batchContexts: [AESGCMContext] = []
+    private var batchSelector: UInt32?
+
     /// Version 1: the data key, for the readers' own contexts.
     private let singleKey: SecureBytes?
     /// Guards `idleReaders` and, for readers, `prf` (a writer uses it only with the file's lock held
@@ -145,6 +150,30 @@ final class ChunkKeys {
     func reserveSeals(_ count: Int) throws(CryptoError) {
         guard single == nil, writesLeft < count || writeContext == nil else { return }
         try drawSelector()
+    }
+
+    /// For `count` seals made by `threads` threads at once: one selector for all of them (as
+    /// `reserveSeals`), counted as used, and a context per thread keyed for it, the writer's first.
+    func batchSeals(_ count: Int, threads: Int) throws(CryptoError) -> (selector: UInt32, contexts: [AESGCMContext]) {
+        if let single {
+            while batchContexts.count < threads - 1 {
+                guard let singleKey else { throw CryptoError.invalidArgument("no data key") }
+                batchContexts.append(try AESGCMContext(key: singleKey))
+            }
+            return (0, [single] + batchContexts.prefix(threads - 1))
+        }
+        try reserveSeals(count)
+        guard let prf, let writeContext else { throw CryptoError.invalidArgument("no write key") }
+        writesLeft -= count
+        if batchSelector != writeSelector || batchContexts.count < threads - 1 {
+            defer { keyScratch.wipe() }
+            try Self.derive(prf, selector: writeSelector, into: keyScratch)
+            batchSelector = nil
+            for context in batchContexts { try context.rekey(keyScratch) }
+            while batchContexts.count < threads - 1 { batchContexts.append(try AESGCMContext(key: keyScratch)) }
+            batchSelector = writeSelector
+        }
+        return (writeSelector, [writeContext] + batchContexts.prefix(threads - 1))
     }
 
     private func drawSelector() throws(CryptoError) {

@@ -10,7 +10,9 @@
 # - ReadCacheTests/testThreadsOnOneCachedFile: threads on handles of one file with a read cache;
 # - ContentionStressTests: threads reading (preads with the file's lock shared), writing, appending
 #   and truncating one file at once, with and without a read cache (fewer operations per thread
-#   here: ACSECURE_STRESS_OPERATIONS).
+#   here: ACSECURE_STRESS_OPERATIONS);
+# - ParallelSealTests: large writes sealed by the sealing pool's threads next to the writer, from
+#   threads writing one file and many files at once.
 #
 # Every lock in the project is a pthread mutex or rwlock (Sources/ACCrypto/Lock.swift), which TSan intercepts;
 # it would not see Synchronization.Mutex on Linux, which is why that type is not used (docs/TESTING.md).
@@ -22,6 +24,7 @@ scratch=.build-tsan
 tests='SecureFileConcurrencyTests|EngineBehaviourTests/testManyThreadsOnOneHandle|ACSecureServicesTests.ConcurrencyTests'
 tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState)'
 tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile|ContentionStressTests'
+tests+='|ParallelSealTests/test(LargeWritersOnOneFileAndOnManyFilesAtOnce|AWriteFailingBetweenPiecesIsReportedAndTheFileStillOpens)'
 export ACSECURE_STRESS_OPERATIONS=150
 start=$(date +%s)
 swift build --build-tests --sanitize thread --scratch-path "$scratch"
