@@ -13,8 +13,9 @@ import ACCrypto
 /// from run to run, so the checks are invariants that hold for every interleaving rather than a
 /// replay against a plain file:
 ///
-/// - **Regions.** Each writer owns a 64 KiB region at the start of the file and writes whole chunks
-///   there, each chunk stamped with one (writer, version) value. The owner reads its region back
+/// - **Regions.** Each writer owns a 256 KiB region at the start of the file and writes whole chunks
+///   there (one or two per call, and every 8th call the whole region, which several threads seal),
+///   each chunk stamped with one (writer, version) value. The owner reads its region back
 ///   exactly as its own model says (nobody else writes it); readers may read any region, and every
 ///   chunk they read is one stamp whole (a read sees a write entirely or not at all, per chunk),
 ///   never a version older than one they saw before (no going back in time). Readers share one
@@ -29,7 +30,9 @@ import ACCrypto
 /// Run under ThreadSanitizer by scripts/test.d/45-tsan.sh.
 final class ContentionStressTests: XCTestCase {
     static let writers = 2, readers = 2, appenders = 2
-    static let region = 65536, chunk = 4096, record = 128
+    /// A region is 256 KiB so that a writer's whole-region write is sealed in pieces by the sealing
+    /// pool's threads too (`SharedFile.parallelSealBytes`).
+    static let region = 1 << 18, chunk = 4096, record = 128
     static var logStart: Int { writers * region }
 
     /// A chunk's content: its stamp repeated (8 bytes: writer + 1, then the version).
@@ -129,8 +132,9 @@ final class ContentionStressTests: XCTestCase {
                     var versions = [UInt32](repeating: 0, count: Self.region / Self.chunk)
                     var next: UInt32 = 1
                     for i in 0..<operations {
-                        let c = Int.random(in: 0..<(versions.count - 1), using: &rng)
-                        let count = Int.random(in: 1...2, using: &rng)
+                        // Every 8th call writes the whole region (large: sealed in pieces by several threads).
+                        let c = i % 8 == 7 ? 0 : Int.random(in: 0..<(versions.count - 1), using: &rng)
+                        let count = i % 8 == 7 ? versions.count : Int.random(in: 1...2, using: &rng)
                         var bytes: [UInt8] = []
                         for k in 0..<count { bytes += Self.stampedChunk(writer: role, version: next); versions[c + k] = next }
                         next += 1
