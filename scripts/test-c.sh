@@ -10,7 +10,7 @@
 #       Tests/CDifferential/differential.c (random POSIX-vs-secure sequences; default seed 1,
 #       2000 sequences of 60 operations, then a quarter as many with ACSECURE_BUFFERING=write-back),
 #       Tests/CDifferential/writeback_exit.c (write-back data written by exit() without close),
-#       Tests/CDifferential/fork.c (descriptors inherited across fork: coordinated, handoff, write-back),
+#       Tests/CDifferential/fork.c (descriptors inherited across fork: coordinated, handoff, write-back; large writes on both sides),
 #       Tests/CDifferential/harden.c (ACSecureHardenProcess),
 #       Tests/CDifferential/descriptors.c (kernel descriptors per secure descriptor, EMFILE at the
 #       limit ACSecureFile.h states),

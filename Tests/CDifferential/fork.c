@@ -21,7 +21,12 @@
  *                leaves with _exit; its child closes the descriptor. The bytes must be in the file
  *                (fork() writes the buffer first; a child that merely dropped its copy lost them).
  *
- *   fork STORE DIR     runs all three; prints one line per case, exits 0 only if all pass
+ *   large        large writes (sealed by the sealing pool's threads) before the fork, then in parent
+ *                and child at once, each to a file of its own. Both must read back. (A guard rather
+ *                than a regression case: the child has none of the parent's threads, and the pool's
+ *                mutex may have been copied held, so the child starts a pool of its own.)
+ *
+ *   fork STORE DIR     runs them all; prints one line per case, exits 0 only if all pass
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -240,6 +245,40 @@ static int daemonLike(const char *test, const char *path) {
     return 0;
 }
 
+/* Writes `count` bytes of `letter` to `path` (new) in 1 MiB calls and reads them back; 0 when both work. */
+static int writeLargeAndCheck(const char *path, int letter, size_t count) {
+    enum { CALL = 1 << 20 };
+    static unsigned char buf[CALL];
+    memset(buf, letter, sizeof buf);
+    int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return 1;
+    for (size_t done = 0; done < count; done += CALL) {
+        if (ACSecureFileWrite(fd, buf, CALL) != CALL) return 1;
+    }
+    if (ACSecureFileClose(fd) != 0) return 1;
+    static unsigned char back[4 << 20];
+    long n = readAll(path, back, sizeof back);
+    if (n != (long)count) return 1;
+    for (long i = 0; i < n; i++) if (back[i] != (unsigned char)letter) return 1;
+    return 0;
+}
+
+static int large(const char *test, const char *path) {
+    char mine[4200], theirs[4200];
+    snprintf(mine, sizeof mine, "%s.parent", path);
+    snprintf(theirs, sizeof theirs, "%s.child", path);
+    if (writeLargeAndCheck(mine, 'a', 2 << 20) != 0) return fail(test, "the large write before the fork");
+    pid_t pid = forkWaiting();
+    if (pid < 0) return fail(test, "fork");
+    if (pid == 0) _exit(writeLargeAndCheck(theirs, 'c', 3 << 20));
+    if (!go()) return fail(test, "releasing the child");
+    int parent = writeLargeAndCheck(mine, 'p', 3 << 20);
+    if (!childSucceeded(pid)) return fail(test, "the child's large writes did not read back");
+    if (parent != 0) return fail(test, "the parent's large writes after the fork did not read back");
+    printf("fork: large: 3 MiB written in 1 MiB calls by parent and child at once after the fork, both read back\n");
+    return 0;
+}
+
 /* Runs one case on DIR/NAME. */
 static int run(const char *dir, const char *name, int (*test)(const char *name, const char *path)) {
     char path[4096];
@@ -262,5 +301,6 @@ int main(int argc, char **argv) {
     failures += run(argv[2], "handoff", handoff);
     failures += run(argv[2], "writeback", writeBack);
     failures += run(argv[2], "daemon", daemonLike);
+    failures += run(argv[2], "large", large);
     return failures == 0 ? 0 : 1;
 }
