@@ -304,7 +304,10 @@ extension SharedFile {
                                        nonces: UnsafeRawPointer(nonces), fileID: UnsafeRawPointer(fileID),
                                        piece: max(1, Self.sealPieceBytes >> Int(layout.chunkShift))),
                           contexts: contexts)
+        // All at once, before any is sealed: `writeRunSpan` composes at most two chunks of a run
+        // (its first in `work`, one other in the cache), so no pointer is reused for another chunk.
         for j in 0..<k { job.sources[j] = source(first + Int64(j)) }
+        assert((0..<k).filter { job.sources[$0] == UnsafeRawPointer(cacheBase) }.count <= 1, "two chunks composed in the cache")
         try prepareBatchWrite(split: split, lastIndex: first + Int64(k) - 1)
 
         let offered = pool.offer(job)

@@ -143,3 +143,24 @@ final class ParallelSealTests: XCTestCase {
         try f.close()
     }
 }
+
+extension ParallelSealTests {
+    /// A large write after a hole, starting and ending inside chunks: two chunks of one batch are
+    /// composed (the first after the hole, the last), each must keep its own plaintext.
+    func testALargeWriteAfterAHoleStartingAndEndingInsideChunks() throws {
+        let env = try TestEnvironment()
+        for (size, offset, count) in [(8192, 8192 + 70_000, 200_000), (100, 70_001, 131_073), (0, 5000, 300_000)] {
+            let path = env.path("hole-\(size)-\(offset)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+            let old = Self.pattern(size, 3), data = Self.pattern(count, 4)
+            if size > 0 { _ = try f.pwrite(old, at: 0) }
+            XCTAssertEqual(try f.pwrite(data, at: Int64(offset)), count)
+            let expected = old + [UInt8](repeating: 0, count: offset - size) + data
+            XCTAssertEqual(try f.readAll(), expected, "size \(size), \(count) bytes at \(offset)")
+            try f.close()
+            let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try g.readAll(), expected, "size \(size), \(count) bytes at \(offset), reopened")
+            try g.close()
+        }
+    }
+}
