@@ -2,13 +2,14 @@
 import Glibc
 #endif
 import ACCrypto
+import ACSystemCalls
 import Synchronization
 
 /// Threads that seal chunks of a large write next to the thread that makes it, so that the write
 /// uses more than one core (docs/ARCHITECTURE.md "Parallel sealing").
 ///
-/// One pool per process, with one thread fewer than the machine has processors (at most
-/// `largestPool`), started at the first large write; none on a one-processor machine. The pool
+/// One pool per process, with one thread fewer than the process may run on (its affinity mask, at
+/// most `largestPool`), started at the first large write; none with one processor. The pool
 /// works on one write at a time: a write offered while it is busy with another is sealed by its
 /// own thread alone, as every small write is. The helpers never write to the file and never hold
 /// a file's lock: the writing thread holds it throughout, claims pieces of its batch as the
@@ -26,7 +27,7 @@ final class SealingPool: @unchecked Sendable {
                 let pool = Unmanaged<SealingPool>.fromOpaque(UnsafeRawPointer(bitPattern: seen)!).takeUnretainedValue()
                 if pool.forkGeneration == generation { return pool }
             }
-            let helpers = min(max(Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))) - 1, 0), largestPool)
+            let helpers = min(Sys.processorsAvailable - 1, largestPool)
             guard helpers > 0 else { return nil }
             let fresh = Unmanaged.passRetained(SealingPool(helpers: helpers, forkGeneration: generation))
             // The pool a forked child inherited is left as it is (its threads are gone): never released.

@@ -2,6 +2,8 @@
 #include "CACSecureLinux.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
@@ -18,4 +20,10 @@ int CACSecureLinux_fileSize(int fd, long long *size) {
     int r = statx(fd, "", AT_EMPTY_PATH, STATX_SIZE, &sx);
     if (r == 0) *size = (long long)sx.stx_size;
     return r;
+}
+
+int CACSecureLinux_processorsAvailable(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }

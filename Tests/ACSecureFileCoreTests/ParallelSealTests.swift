@@ -17,7 +17,7 @@ import ACSystemCalls
 final class ParallelSealTests: XCTestCase {
     let layout = FileLayout()
 
-    static var poolExpected: Bool { sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1 }
+    static var poolExpected: Bool { Sys.processorsAvailable > 1 }
 
     static func pattern(_ n: Int, _ seed: Int) -> [UInt8] {
         (0..<n).map { UInt8(truncatingIfNeeded: ($0 &* 131) ^ ($0 >> 9) &+ seed &* 17) }
@@ -86,7 +86,8 @@ final class ParallelSealTests: XCTestCase {
     func testAWriteFailingBetweenPiecesIsReportedAndTheFileStillOpens() throws {
         let env = try TestEnvironment()
         let old = Self.pattern(300_000, 1), big = Self.pattern(1 << 20, 2)
-        for failing in [0, 1, 5, 15, 16] {
+        // With one processor there is no pool: the batch is one pwrite beyond the old end and one before it.
+        for failing in Self.poolExpected ? [0, 1, 5, 15, 16] : [0, 1] {
             let path = env.path("fail-\(failing)")
             let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
             _ = try f.pwrite(old, at: 0)

@@ -15,4 +15,8 @@ int CACSecureLinux_getDumpable(void);
 /** statx(fd, "", AT_EMPTY_PATH, STATX_SIZE): the file's size into *size; 0, or -1 with errno. */
 int CACSecureLinux_fileSize(int fd, long long *size);
 
+/** CPU_COUNT of sched_getaffinity(0): the processors this process may run on (taskset, a cpuset),
+ *  or sysconf(_SC_NPROCESSORS_ONLN) if the mask cannot be read. */
+int CACSecureLinux_processorsAvailable(void);
+
 #endif /* CACSECURELINUX_H */
