@@ -16,6 +16,11 @@ public final class AESGCMContext {
     public static let tagSize = 16
 
     private let context: OpaquePointer
+    /// The direction of the last operation that set a nonce (1 seal, 0 open), or -1 after keying
+    /// or a failure: only an operation in the same direction sets its nonce the short way.
+    private var direction: Int32 = -1
+    /// Cleared if OpenSSL ever refuses the short way (then every nonce goes through `EVP_CipherInit_ex`).
+    private var nonceShortcut = true
 
     /// - Throws: `CryptoError` if the key is not 32 bytes or OpenSSL refuses it.
     public convenience init(key: SecureBytes) throws(CryptoError) {
@@ -42,7 +47,30 @@ public final class AESGCMContext {
         let ok = key.withUnsafeBytes { k in
             EVP_CipherInit_ex(context, nil, nil, k.baseAddress!.assumingMemoryBound(to: UInt8.self), nil, 1) == 1
         }
+        direction = -1
         guard ok else { throw CryptoError.openSSL("EVP_CipherInit_ex") }
+    }
+
+    /// Sets the nonce of the next operation (`encrypt` 1: a seal, 0: an open). The first operation
+    /// after keying, and one that changes direction, goes through `EVP_CipherInit_ex`; the next ones
+    /// in the same direction only replace the nonce (`acsecure_gcm_set_nonce`, CACSecureLibCrypto),
+    /// which leaves OpenSSL's context as `EVP_CipherInit_ex` with the same key and direction does —
+    /// without asking the provider for the IV length by name on every call (about a quarter of
+    /// the cost of sealing a trailer).
+    @inline(__always)
+    private func setNonce(_ nonce: UnsafeRawPointer, encrypt: Int32) -> Bool {
+        let n = nonce.assumingMemoryBound(to: UInt8.self)
+        if direction == encrypt && nonceShortcut {
+            if acsecure_gcm_set_nonce(context, n) == 1 { return true }
+            nonceShortcut = false
+            ERR_clear_error()
+        }
+        guard EVP_CipherInit_ex(context, nil, nil, nil, n, encrypt) == 1 else {
+            direction = -1
+            return false
+        }
+        direction = encrypt
+        return true
     }
 
     deinit {
@@ -61,8 +89,7 @@ public final class AESGCMContext {
     ) throws(CryptoError) {
         let ctx = context
         var outLen: Int32 = 0
-        guard EVP_CipherInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), 1) == 1
-        else { throw CryptoError.openSSL("EVP_CipherInit_ex(seal)") }
+        guard setNonce(nonce, encrypt: 1) else { throw CryptoError.openSSL("EVP_CipherInit_ex(seal)") }
         if aad.count > 0 {
             guard EVP_EncryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
             else { throw CryptoError.openSSL("EVP_EncryptUpdate(aad)") }
@@ -74,7 +101,7 @@ public final class AESGCMContext {
             else { throw CryptoError.openSSL("EVP_EncryptUpdate") }
         }
         guard EVP_EncryptFinal_ex(ctx, ciphertext.assumingMemoryBound(to: UInt8.self) + plaintext.count, &outLen) == 1,
-              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, Int32(Self.tagSize), tag) == 1
+              acsecure_gcm_get_tag(ctx, tag, Self.tagSize) == 1
         else { throw CryptoError.openSSL("EVP_EncryptFinal_ex") }
     }
 
@@ -89,7 +116,7 @@ public final class AESGCMContext {
     ) -> Bool {
         let ctx = context
         var outLen: Int32 = 0
-        var ok = EVP_CipherInit_ex(ctx, nil, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), 0) == 1
+        var ok = setNonce(nonce, encrypt: 0)
         if ok, aad.count > 0 {
             ok = EVP_DecryptUpdate(ctx, nil, &outLen, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1
         }
@@ -99,8 +126,7 @@ public final class AESGCMContext {
                 ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(ciphertext.count)) == 1
         }
         if ok {
-            // OpenSSL takes a non-const pointer for SET_TAG but only reads it.
-            ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(Self.tagSize), UnsafeMutableRawPointer(mutating: tag)) == 1
+            ok = acsecure_gcm_set_tag(ctx, tag, Self.tagSize) == 1
         }
         if ok {
             ok = EVP_DecryptFinal_ex(ctx, plaintext.assumingMemoryBound(to: UInt8.self) + ciphertext.count, &outLen) == 1

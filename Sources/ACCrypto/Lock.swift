@@ -15,7 +15,7 @@ import Glibc
 /// A pthread mutex. Not recursive; `lock()`/`unlock()` for a lock held across a whole operation,
 /// `withLock` for a scope.
 package final class PThreadMutex: @unchecked Sendable {
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    @usableFromInline let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
 
     package init() { pthread_mutex_init(mutex, nil) }
 
@@ -24,11 +24,11 @@ package final class PThreadMutex: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
+    @inlinable @inline(__always) package func lock() { pthread_mutex_lock(mutex) }
 
-    @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
+    @inlinable @inline(__always) package func unlock() { pthread_mutex_unlock(mutex) }
 
-    @inline(__always) package func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+    @inlinable @inline(__always) package func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
         lock()
         defer { unlock() }
         return try body()
@@ -37,13 +37,18 @@ package final class PThreadMutex: @unchecked Sendable {
 
 /// A value reached only under its `PThreadMutex`. The `sending` annotations are those of
 /// `Synchronization.Mutex`, so the compiler checks what goes in and out exactly as it did there.
+///
+/// `withLock` is inlinable, so callers in other modules get it specialised for their value (a
+/// generic call per lookup was most of the C API's descriptor-table cost), and the value is
+/// exempt from the runtime's dynamic exclusivity checks: the mutex already makes every access
+/// exclusive.
 package final class LockedValue<Value>: @unchecked Sendable {
-    private let mutex = PThreadMutex()
-    private nonisolated(unsafe) var value: Value
+    @usableFromInline let mutex = PThreadMutex()
+    @usableFromInline @exclusivity(unchecked) nonisolated(unsafe) var value: Value
 
     package init(_ value: sending Value) { self.value = value }
 
-    @inline(__always)
+    @inlinable @inline(__always)
     package func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws(E) -> sending R {
         mutex.lock()
         defer { mutex.unlock() }

@@ -111,7 +111,9 @@ extension SecureBytes {
 /// buffers under that file's lock). Zero-filled when created, zeroed when released.
 public final class SecureBuffer {
     public let count: Int
-    private let base: UnsafeMutableRawPointer
+    /// Inlinable accessors (below): a call through the module boundary per access cost the write
+    /// path of a small append four generic calls, each with its closure context retained.
+    @usableFromInline let base: UnsafeMutableRawPointer
 
     /// A zero-filled buffer of `count` bytes.
     /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
@@ -129,10 +131,12 @@ public final class SecureBuffer {
 
     deinit { releaseGuarded(base, count: count) }
 
+    @inlinable
     public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
         try body(UnsafeRawBufferPointer(start: base, count: count))
     }
 
+    @inlinable
     public func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
         try body(UnsafeMutableRawBufferPointer(start: base, count: count))
     }

@@ -22,17 +22,52 @@ final class DescriptorTable: Sendable {
 
     static let shared = DescriptorTable()
 
-    private struct State {
-        var entries: [Int32: Entry] = [:]
+    struct State {
+        /// Entries by descriptor, for the descriptors below `directSlots` (the kernel hands out the
+        /// lowest free number, so nearly all): an index instead of hashing on every call.
+        var direct: [Entry?] = []
+        var others: [Int32: Entry] = [:]
+        var count = 0
         /// Files whose kernel descriptor was closed behind our back (plain `close(2)`) and then
         /// reused: kept alive so their teardown can never touch the descriptor's new owner.
         var orphans: [Entry] = []
+
+        func entry(_ fd: Int32) -> Entry? {
+            guard fd >= 0 && fd < DescriptorTable.directSlots else { return others[fd] }
+            return Int(fd) < direct.count ? direct[Int(fd)] : nil
+        }
+
+        /// Sets the entry of `fd` (nil: removes it); returns the one it replaces.
+        mutating func set(_ fd: Int32, _ entry: Entry?) -> Entry? {
+            let old: Entry?
+            if fd >= 0 && fd < DescriptorTable.directSlots {
+                if Int(fd) >= direct.count {
+                    guard entry != nil else { return nil }
+                    direct.append(contentsOf: repeatElement(nil, count: min(max(Int(fd) + 1, 2 * direct.count), Int(DescriptorTable.directSlots)) - direct.count))
+                }
+                old = direct[Int(fd)]
+                direct[Int(fd)] = entry
+            } else if let entry {
+                old = others.updateValue(entry, forKey: fd)
+            } else {
+                old = others.removeValue(forKey: fd)
+            }
+            count += (entry == nil ? 0 : 1) - (old == nil ? 0 : 1)
+            return old
+        }
     }
 
-    private let state = LockedValue(State())
+    static let directSlots: Int32 = 4096
+
+    // The lookup of every call locks the mutex itself (no generic closure) and reads the state
+    // without the runtime's exclusivity check: the mutex makes every access exclusive.
+    private let mutex = PThreadMutex()
+    @exclusivity(unchecked) private nonisolated(unsafe) var state = State()
 
     func lookup(_ fd: Int32) -> Entry? {
-        state.withLock { $0.entries[fd] }
+        mutex.lock()
+        defer { mutex.unlock() }
+        return state.entry(fd)
     }
 
     /// Registers a freshly opened file under its kernel descriptor.
@@ -40,16 +75,16 @@ final class DescriptorTable: Sendable {
         let fd = file.fileDescriptor
         let entry = Entry(file)
         entry.lastError.store(lastError.aceValue, ordering: .relaxed)
-        state.withLock { s in
-            if let stale = s.entries.updateValue(entry, forKey: fd) { s.orphans.append(stale) }
+        mutex.withLock {
+            if let stale = state.set(fd, entry) { state.orphans.append(stale) }
         }
         return fd
     }
 
     /// Removes the descriptor; the caller closes the file afterwards.
     func remove(_ fd: Int32) -> Entry? {
-        state.withLock { $0.entries.removeValue(forKey: fd) }
+        mutex.withLock { state.set(fd, nil) }
     }
 
-    var count: Int { state.withLock { $0.entries.count } }
+    var count: Int { mutex.withLock { state.count } }
 }

@@ -141,6 +141,15 @@ extension SharedFile {
             } else {
                 dropCache()
             }
+        } else if let buffer, done == Int(lastIndex - runFirst + 1), lastIndex == diskChunks - 1, covered(lastIndex),
+                  case let length = layout.chunkLength(lastIndex, size: diskSize), length < chunkSize {
+            // The file's new short last chunk came whole from the caller's buffer (a write from a
+            // chunk-aligned end): keep its plaintext too (zeros after it, as `readChunk` leaves a
+            // chunk), or the next append reads it back (a pread and a GCM open per chunk of appends).
+            cacheBase.copyMemory(from: buffer + Int((lastIndex << shift) - offset), byteCount: length)
+            (cacheBase + length).initializeMemory(as: UInt8.self, repeating: 0, count: chunkSize - length)
+            cacheIndex = lastIndex
+            cacheLength = length
         }
         let doneEnd = min(end, (runFirst + Int64(done)) << shift)
         guard doneEnd > offset else {

@@ -151,6 +151,45 @@ final class AESGCMTests: XCTestCase {
         try checkKnownAnswer(v16, using: ctx)
     }
 
+    /// Runs of seals and of opens in one direction set only the nonce (not a full
+    /// `EVP_CipherInit_ex`): every one must still match its vector, across direction changes,
+    /// failed opens, a failed seal's leftovers and a re-key.
+    func testSameDirectionRunsMatchVectors() throws {
+        let v15 = mcGrewViegaVectors[2], v16 = mcGrewViegaVectors[3]
+        let z13 = mcGrewViegaVectors[0], z14 = mcGrewViegaVectors[1]
+        let ctx = try AESGCMContext(hexKey: v15.key)
+        func sealMatches(_ v: GCMVector, line: UInt = #line) throws {
+            let sealed = try ctx.seal(nonce: hex(v.iv), aad: hex(v.aad), plaintext: hex(v.msg))
+            XCTAssertEqual(hexString(sealed.ciphertext), v.ct, "\(v.name): ciphertext", line: line)
+            XCTAssertEqual(hexString(sealed.tag), v.tag, "\(v.name): tag", line: line)
+        }
+        func opens(_ v: GCMVector, tag: [UInt8]? = nil, line: UInt = #line) -> Bool {
+            let opened = ctx.open(nonce: hex(v.iv), aad: hex(v.aad), ciphertext: hex(v.ct), tag: tag ?? hex(v.tag))
+            if opened.ok { XCTAssertEqual(hexString(opened.plaintext), v.msg, "\(v.name): plaintext", line: line) }
+            return opened.ok
+        }
+        var badTag = hex(v16.tag)
+        badTag[15] ^= 0x80
+        for _ in 0..<2 {
+            for v in [v16, v15, v15, v16, v16] { try sealMatches(v) }
+            XCTAssertTrue(opens(v15))
+            XCTAssertFalse(opens(v16, tag: badTag))
+            XCTAssertTrue(opens(v16))
+            XCTAssertTrue(opens(v16))
+            XCTAssertFalse(opens(v15, tag: badTag))
+            XCTAssertFalse(opens(v15, tag: badTag))
+            XCTAssertTrue(opens(v15))
+        }
+        try hex(z13.key).withUnsafeBytes { try ctx.rekey(try SecureBuffer(copying: $0)) }
+        for v in [z14, z13, z14] { try sealMatches(v) }
+        XCTAssertTrue(opens(z13))
+        XCTAssertTrue(opens(z14))
+        try hex(v15.key).withUnsafeBytes { try ctx.rekey(try SecureBuffer(copying: $0)) }
+        XCTAssertTrue(opens(v16))
+        try sealMatches(v16)
+        try sealMatches(v15)
+    }
+
     func testWycheproofModifiedTagsAreRejectedAndPlaintextZeroed() throws {
         typealias W = WycheproofModifiedTag
         let ctx = try AESGCMContext(hexKey: W.key)

@@ -72,6 +72,39 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
 
+    /// The table indexes descriptors below `directSlots` and hashes the others: the same answers
+    /// on both sides of the boundary, for growth, replacement (returns the old entry), removal and
+    /// the count.
+    func testDescriptorTableStateOnBothSidesOfItsDirectSlots() throws {
+        let fds = [open("t1", O_RDWR | O_CREAT), open("t2", O_RDWR | O_CREAT)]
+        defer { for fd in fds { XCTAssertEqual(ACSecureFileClose(fd), 0) } }
+        let a = try XCTUnwrap(DescriptorTable.shared.lookup(fds[0]))
+        let b = try XCTUnwrap(DescriptorTable.shared.lookup(fds[1]))
+        let edge = DescriptorTable.directSlots
+        var state = DescriptorTable.State()
+        let numbers: [Int32] = [0, 3, 1000, edge - 1, edge, edge + 1, 1 << 20, .max]
+        for fd in numbers {
+            XCTAssertNil(state.entry(fd))
+            XCTAssertNil(state.set(fd, a))
+            XCTAssertTrue(state.entry(fd) === a, "fd \(fd)")
+        }
+        XCTAssertEqual(state.count, numbers.count)
+        XCTAssertLessThanOrEqual(state.direct.count, Int(edge))
+        for fd in numbers {
+            XCTAssertTrue(state.set(fd, b) === a, "fd \(fd) replaced")
+            XCTAssertTrue(state.entry(fd) === b)
+        }
+        XCTAssertEqual(state.count, numbers.count)
+        for fd in numbers {
+            XCTAssertTrue(state.set(fd, nil) === b, "fd \(fd) removed")
+            XCTAssertNil(state.entry(fd))
+            XCTAssertNil(state.set(fd, nil))
+        }
+        XCTAssertEqual(state.count, 0)
+        XCTAssertNil(state.entry(-1))
+        XCTAssertNil(state.entry(edge + 2))
+    }
+
     /// The descriptor has the flags the caller asked for: not the O_NONBLOCK the engine opens with
     /// (so a FIFO cannot block the open), close-on-exec only with O_CLOEXEC. When setting them
     /// fails, the open fails with that errno and keeps no descriptor (it ignored the failure).

@@ -5,6 +5,7 @@ import XCTest
 import ACSecureTestSupport
 import ACCrypto
 import ACSecureServices
+@_spi(Testing) import ACSystemCalls
 @testable import ACSecureFileCore
 
 /// The engine's promises beyond plain POSIX equivalence: keys, errors, file types, holes, sharing.
@@ -51,6 +52,47 @@ final class EngineBehaviourTests: XCTestCase {
         try env.services.unlock(passcode: try SecureBytes(copying: Array("1234".utf8)))
         XCTAssertEqual(try f.pread(count: 100, at: 0), data)
         try f.close()
+    }
+
+    /// Appends from a chunk-aligned end keep the new short last chunk in the plaintext cache (it
+    /// came whole from the caller's buffer): the next appends read nothing back, and a hole written
+    /// inside that chunk afterwards still reads as zeros.
+    func testAppendsFromAChunkAlignedEndReadNothingBack() throws {
+        let env = try TestEnvironment()
+        let path = env.path("f")
+        let chunk = FileLayout().chunkSize
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services, buffering: .writeThrough)
+        var expected: [UInt8] = []
+        func append(_ count: Int) throws {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: expected.count + $0 &* 31 + 1) }
+            XCTAssertEqual(try f.write(bytes), count)
+            expected += bytes
+        }
+        var preads = 0
+        let driver = SystemCallDriver { call, _, _ in
+            if call == .pread { preads += 1 }
+            return nil
+        }
+        try SystemCallDriver.with(driver) {
+            for _ in 0..<(3 * chunk / 512) { try append(512) }  // every 8th from an aligned end
+            try append(chunk)
+            for _ in 0..<100 { try append(100) }  // crosses chunk ends inside a call
+        }
+        XCTAssertEqual(preads, 0, "sequential appends read no chunk back")
+        XCTAssertEqual(f.shared.cacheIndex, Int64(expected.count / chunk))
+
+        // A write past the end inside the cached chunk (another handle: the same file state and
+        // cache): the gap reads as zeros.
+        XCTAssertLessThan(expected.count % chunk + 42, chunk)
+        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services, buffering: .writeThrough)
+        XCTAssertEqual(try g.pwrite([7, 7], at: Int64(expected.count + 40)), 2)
+        expected += Array(repeating: 0, count: 40) + [7, 7]
+        try append(3)
+        try g.close()
+        try f.close()
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try r.pread(count: expected.count + 10, at: 0), expected)
+        try r.close()
     }
 
     func testRetireMakesEveryFileUnreadable() throws {
