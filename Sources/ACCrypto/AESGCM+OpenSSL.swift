@@ -56,7 +56,10 @@ public final class AESGCMContext {
     /// in the same direction only replace the nonce (`acsecure_gcm_set_nonce`, CACSecureLibCrypto),
     /// which leaves OpenSSL's context as `EVP_CipherInit_ex` with the same key and direction does —
     /// without asking the provider for the IV length by name on every call (about a quarter of
-    /// the cost of sealing a trailer).
+    /// the cost of sealing a trailer). A nonce that were not replaced could not be used twice:
+    /// OpenSSL marks a GCM context's IV used at each final, and refuses the next update until a
+    /// new one is set (checked with OpenSSL 3.0: a second `EVP_EncryptUpdate` returns 0), so a
+    /// provider that ignored this parameter would make seals fail, not repeat a nonce.
     @inline(__always)
     private func setNonce(_ nonce: UnsafeRawPointer, encrypt: Int32) -> Bool {
         let n = nonce.assumingMemoryBound(to: UInt8.self)
