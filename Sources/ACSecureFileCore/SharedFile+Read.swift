@@ -197,7 +197,11 @@ extension SharedFile {
         cacheLock.withLock {
             let base = cacheBase
             base.copyMemory(from: chunk, byteCount: length)
-            if cacheLength > length { secureZero(UnsafeMutableRawBufferPointer(start: base + length, count: cacheLength - length)) }
+            // Zero to the chunk's end, not only to the old `cacheLength`: the write path composes
+            // chunks in this buffer and then marks it empty (length 0) without wiping it, and a
+            // write that pads this chunk later relies on zeros after its length (stale bytes there
+            // were sealed into the file: FuzzOperationSequence, fuzz/FailCases).
+            if length < chunkSize { secureZero(UnsafeMutableRawBufferPointer(start: base + length, count: chunkSize - length)) }
             cacheLength = length
             cacheIndex = index
         }

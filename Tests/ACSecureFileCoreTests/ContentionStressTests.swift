@@ -269,3 +269,31 @@ final class ContentionStressTests: XCTestCase {
         }
     }
 }
+
+extension ContentionStressTests {
+    /// Regression (found by FuzzOperationSequence, fuzz/FailCases/FuzzOperationSequence): a pread of
+    /// part of the short last chunk, on the shared-lock path, kept it in the one-chunk cache without
+    /// zeroing the buffer after its length when the cache had been marked empty (a write had
+    /// composed another chunk elsewhere and left the buffer as it was). A later write past that
+    /// chunk's end then padded it with those stale bytes, not zeros, and sealed them into the file.
+    func testAPartialReadOfTheLastChunkThenAWritePastItsEndLeavesZeros() throws {
+        let env = try TestEnvironment()
+        let path = env.path("stale-tail")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let first = (0..<14_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 1) }
+        try f.pwrite(first, at: 0)
+        _ = try f.pread(count: 100, at: 0)                                 // chunk 0 (full) in the cache
+        let middle = [UInt8](repeating: 0xEE, count: 12_288 - 4_100)
+        try f.pwrite(middle, at: 4_100)                                      // composes chunk 1 elsewhere; the cache is marked empty
+        _ = try f.pread(count: 100, at: 12_288)                              // part of the short last chunk 3 (1,712 bytes)
+        try f.pwrite([9, 9, 9], at: 15_000)                                  // pads chunk 3 from 14,000
+        var expected = first
+        expected.replaceSubrange(4_100..<12_288, with: middle)
+        expected += [UInt8](repeating: 0, count: 1_000) + [9, 9, 9]
+        XCTAssertEqual(try f.readAll(), expected)
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try g.pread(count: 1_000, at: 14_000), [UInt8](repeating: 0, count: 1_000), "the padding reads as zeros")
+        try g.close()
+    }
+}
