@@ -29,6 +29,19 @@ check_warnings() {
 }
 
 run_suite build "Compiling|Build complete" check_warnings
+# The sanitizer builds of the fuzz smoke and TSan suites (their own scratch paths, fuzz/.build and
+# .build-tsan), in the background at the lowest priority while the Swift tests and the next suites
+# run: those keep about one of the machine's cores busy. Each of the two suites waits for this build,
+# then runs its own `swift build` (a no-op when this one succeeded; it reports a failure itself).
+# Output: $logs/prebuild.log.
+set -m
+env -u ACSECURE_PREBUILD_PID nice -n 19 bash -c 'bash scripts/test.d/40-fuzz-smoke.sh --build-only; bash scripts/test.d/45-tsan.sh --build-only' \
+  </dev/null >"$logs/prebuild.log" 2>&1 &
+prebuild_pid=$!
+set +m
+export ACSECURE_PREBUILD_PID="$prebuild_pid"
+# Stopped with everything it started if the run ends first (a failing suite, an interrupt), as is a running suite.
+trap 'kill -TERM -- "-$prebuild_pid" 2>/dev/null; [ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null' EXIT
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""

@@ -17,7 +17,12 @@
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all six)
 #   ACSECURE_FUZZ_RUNS      executions per target (default 100000)
 #   ACSECURE_FUZZ_SECONDS   time bound per target (default 300; 0: none)
+#   --build-only            build (and check) the targets, run nothing: scripts/test.sh does this in
+#                           the background while the Swift tests run, so that this suite finds them built
+#   ACSECURE_PREBUILD_PID   that background build, if it still runs: wait for it before building here
 set -euo pipefail
+build_only=0
+[ "${1:-}" != --build-only ] || build_only=1
 cd "$(dirname "$0")/../../fuzz"
 export SWIFT_BACKTRACE=enable=no
 seconds="${ACSECURE_FUZZ_SECONDS:-300}"
@@ -42,6 +47,10 @@ stamp=.build/acsecure-parent-sources
 if [ "$(cat "$stamp" 2>/dev/null)" != "$sources" ]; then touch Package.swift; fi
 
 start=$(date +%s)
+if [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
+  echo "40-fuzz-smoke: waiting for the background build (scripts/test.sh; its log: prebuild.log)"
+  while kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; do sleep 1; done
+fi
 for t in "${targets[@]}"; do
   if ! swift build --product "$t" "${flags[@]}" 2>&1 | { grep -v "warning: Cannot export local symbol" || true; }; then
     echo "40-fuzz-smoke: FAILED to build $t with --sanitize fuzzer --sanitize address (libFuzzer/ASan toolchain support is required)" >&2
@@ -65,6 +74,7 @@ for t in "${targets[@]}"; do
   fi
 done
 echo "40-fuzz-smoke: built in $(( $(date +%s) - start )) s"
+[ "$build_only" = 0 ] || exit 0
 
 work="$(mktemp -d /tmp/acsecure-fuzz-smoke-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
