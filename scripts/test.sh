@@ -42,6 +42,10 @@ set +m
 export ACSECURE_PREBUILD_PID="$prebuild_pid"
 # Stopped with everything it started if the run ends first (a failing suite, an interrupt), as is a running suite.
 trap 'kill -TERM -- "-$prebuild_pid" 2>/dev/null; [ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null' EXIT
+# The C library and its SQLite VFS are installed once, by the C API suite (scripts/test-c.sh, which
+# tests scripts/install-c-library.sh), into this prefix; the SQLite and CPython suites use that install.
+export ACSECURE_TEST_C_PREFIX="$PWD/.build/test-c-prefix"
+rm -rf "$ACSECURE_TEST_C_PREFIX"
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""

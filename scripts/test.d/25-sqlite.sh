@@ -20,7 +20,8 @@
 #     ACSECURE_WRITE_CACHE_MIB=0), with a 1 MiB write cache (full, so flushed mid-transaction), and
 #     bad sizes refused.
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
-#   SQLITE_KILLS, SQLITE_SEED (default: the time; printed, so a failure can be replayed).
+#   ACSECURE_TEST_C_PREFIX (scripts/test.sh: the install the C API suite made in this run, used
+#   instead of installing again when it holds acsecuresqlite.pc), SQLITE_KILLS, SQLITE_SEED (default: the time; printed, so a failure can be replayed).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -30,8 +31,14 @@ seed="${SQLITE_SEED:-$(date +%s)}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-test-sqlite.XXXXXX")"
 if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$work"' EXIT; else echo "25-sqlite: keeping $work" >&2; fi
 
-"$root/scripts/install-c-library.sh" "$work/prefix"
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+if [ -n "${ACSECURE_TEST_C_PREFIX:-}" ] && [ -f "$ACSECURE_TEST_C_PREFIX/lib/pkgconfig/acsecuresqlite.pc" ]; then
+    prefix="$ACSECURE_TEST_C_PREFIX"
+    echo "25-sqlite: using the C library installed in $prefix by the C API suite" >&2
+else
+    prefix="$work/prefix"
+    "$root/scripts/install-c-library.sh" "$prefix"
+fi
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 read -r -a flags <<<"$(pkg-config --cflags --libs acsecuresqlite)"
 build() { # build OUTPUT SOURCE
     echo "25-sqlite: $cc -std=c11 -Wall -Wextra -Werror -O2 $2 ${flags[*]} -o $1" >&2
@@ -113,7 +120,7 @@ if grep -q "2: second note" "$work/example.out" && ! grep -q "second note" "$wor
 else
     echo "examples: FAIL: secure-sqlite" >&2; cat "$work/example.out" >&2; status=1
 fi
-shell_out="$(cd "$work" && sqlite3 -batch :memory: ".load $work/prefix/lib/libacsecuresqlite_ext" ".open file:notes.db?vfs=acsecure&acsecure_read_cache=0" \
+shell_out="$(cd "$work" && sqlite3 -batch :memory: ".load $prefix/lib/libacsecuresqlite_ext" ".open file:notes.db?vfs=acsecure&acsecure_read_cache=0" \
     "SELECT group_concat(body, ',') FROM note;" 2>&1)" || true
 if [ "$shell_out" = "first note,second note" ]; then
     echo "sqlite3 shell: .load libacsecuresqlite_ext and ?vfs=acsecure read the example's database"
