@@ -27,7 +27,7 @@ tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|Concur
 tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile|ContentionStressTests'
 export ACSECURE_STRESS_OPERATIONS=150
 start=$(date +%s)
-if [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
+if [ "${1:-}" != --build-only ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
   echo "45-tsan: waiting for the background build (scripts/test.sh; its log: prebuild.log)"
   while kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; do sleep 1; done
 fi
