@@ -541,24 +541,8 @@ prepare_encrypt() { acs_f encrypt --force "$fdir/old.txt" "$fdir/out.acsf" >/dev
 content_encrypt() { acs_f cat "$fdir/out.acsf" 2>/dev/null; }
 prepare_decrypt() { cp "$fdir/old.txt" "$fdir/out.txt"; }
 content_decrypt() { cat "$fdir/out.txt"; }
-# The two sweeps run side by side (a process or three per call index: about one core each), each in a
-# directory of its own with its own copy of the store, in a subshell that prints its FAIL lines and
-# leaves "RUNS BAD" in DIR/counts; their output is shown after both, in order.
-fault_sweep_in() { # fault_sweep_in CMD OUTPUT-NAME PREPARE CONTENT
-  local dir="$work/faults-$1"
-  mkdir -p "$dir" && cp "$fdir/new.txt" "$fdir/old.txt" "$fdir/new.acsf" "$dir/" && cp -a "$fstore" "$dir/store" || return
-  (cd "$dir" && fdir="$dir" && fstore="$dir/store" && fault_runs=0 && fault_bad=0 && fault_sweep "$1" "$dir/$2" "$3" "$4"
-   echo "$fault_runs $fault_bad" >"$dir/counts")
-}
-fault_sweep_in encrypt out.acsf prepare_encrypt content_encrypt >"$work/faults-encrypt.out" 2>&1 &
-sweep_pid=$!
-fault_sweep_in decrypt out.txt prepare_decrypt content_decrypt >"$work/faults-decrypt.out" 2>&1
-wait "$sweep_pid"
-cat "$work/faults-encrypt.out" "$work/faults-decrypt.out"
-for c in encrypt decrypt; do
-  read -r runs bad <"$work/faults-$c/counts" || { runs=0; bad=1; fail "$c: the fault sweep did not finish"; }
-  fault_runs=$((fault_runs + runs)); fault_bad=$((fault_bad + bad)); failed=$((failed + bad))
-done
+fault_sweep encrypt "$fdir/out.acsf" prepare_encrypt content_encrypt
+fault_sweep decrypt "$fdir/out.txt" prepare_decrypt content_decrypt
 expect "encrypt/decrypt with a failing system call: $fault_runs runs, every one whole or untouched" test "$fault_bad" = 0 -a "$fault_runs" -gt 20
 
 # --- a planted unprotected seed is refused when a passcode is configured
