@@ -50,10 +50,13 @@ run_suite() {
     "$@" </dev/null >"$log" 2>&1 &
     suite_pid=$!
     set +m
-    local last_beat=$SECONDS
+    local last_beat=$SECONDS last_tick=$SECONDS
+    # Checked 5 times a second (a suite's end is seen at once), printed at most once a second.
     while kill -0 "$suite_pid" 2>/dev/null; do
-      sleep 1
+      sleep 0.2
       kill -0 "$suite_pid" 2>/dev/null || break
+      [ "$SECONDS" != "$last_tick" ] || continue
+      last_tick=$SECONDS
       if [ "$tty" = 1 ]; then
         printf '\r\033[K..    %s: %s' "$name" "$(suite_status "$log" $((SECONDS - start)))"
       elif [ $((SECONDS - last_beat)) -ge "$suite_heartbeat" ]; then

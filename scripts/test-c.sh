@@ -20,6 +20,8 @@
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c
 #       and parallel-read.c (one short round each, likewise).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
+#   ACSECURE_TEST_C_PREFIX install there instead of into the temp dir (scripts/test.sh: the SQLite and
+#   CPython suites then use this install instead of making their own),
 #   CFLAGS extra flags for the C programs (e.g. "-DSKIP_RDONLY_TRUNC -DSKIP_LSTAT_WHILE_OPEN" to look
 #   past a known divergence, see differential.c).
 set -euo pipefail
@@ -32,8 +34,9 @@ cc="${CC:-cc}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-test-c.XXXXXX")"
 if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$work"' EXIT; else echo "test-c: keeping $work" >&2; fi
 
-"$root/scripts/install-c-library.sh" "$work/prefix"
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+prefix="${ACSECURE_TEST_C_PREFIX:-$work/prefix}"
+"$root/scripts/install-c-library.sh" "$prefix"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 read -r -a flags <<<"$(pkg-config --cflags --libs acsecurefile)"
 
 build() { # build OUTPUT SOURCE
@@ -66,7 +69,7 @@ status=0
 # .pc files' Version:, and no RUNPATH into the install prefix (the SQLite libraries use $ORIGIN).
 version="$("$root/scripts/version.sh")"
 major="${version%%.*}"
-lib="$work/prefix/lib"
+lib="$prefix/lib"
 soname_of() { readelf -d "$1" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p'; }
 runpath_of() { readelf -d "$1" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\].*/\2/p'; }
 version_bad=""

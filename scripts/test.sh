@@ -29,6 +29,30 @@ check_warnings() {
 }
 
 run_suite build "Compiling|Build complete" check_warnings
+# The C library and its SQLite VFS are installed once, by the C API suite (scripts/test-c.sh, which
+# tests scripts/install-c-library.sh), into this prefix; the SQLite and CPython suites use that install.
+export ACSECURE_TEST_C_PREFIX="$PWD/.build/test-c-prefix"
+rm -rf "$ACSECURE_TEST_C_PREFIX"
+# The sanitizer builds of the fuzz smoke and TSan suites (their own scratch paths, fuzz/.build and
+# .build-tsan), in the background at the lowest priority while the Swift tests and the next suites
+# run: those keep about one of the machine's cores busy. Each of the two suites waits for this build,
+# then runs its own `swift build` (a no-op when this one succeeded; it reports a failure itself).
+# Output: $logs/prebuild.log. The builds see the environment the suites will see (a subshell, as the
+# suites are; ACSECURE_PREBUILD_PID and ACSECURE_TEST_C_PREFIX set): SwiftPM evaluates a manifest
+# again when the environment differs, and a new build plan of the fuzz package orders its -sanitize
+# flags anew, which compiles everything again (~30 s).
+set -m
+(
+  export ACSECURE_PREBUILD_PID=$BASHPID
+  renice -n 19 -p "$BASHPID" >/dev/null || true
+  bash scripts/test.d/40-fuzz-smoke.sh --build-only || true
+  bash scripts/test.d/45-tsan.sh --build-only || true
+) </dev/null >"$logs/prebuild.log" 2>&1 &
+prebuild_pid=$!
+set +m
+export ACSECURE_PREBUILD_PID="$prebuild_pid"
+# Stopped with everything it started if the run ends first (a failing suite, an interrupt), as is a running suite.
+trap 'kill -TERM -- "-$prebuild_pid" 2>/dev/null; [ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null' EXIT
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""

@@ -23,15 +23,24 @@ cat >"$work/fake.sh" <<'EOF'
 for i in 1 2 3 4; do echo "Test Case 'Fake.test$i' passed (1.000 seconds)"; sleep 1; done
 echo "Executed 4 tests, with 0 failures"
 EOF
-# runner SCRIPT: a shell that sources the runner (logs in $work/logs) and runs SCRIPT's lines.
-mkdir -p "$work/logs"
+# runner NAME SCRIPT: a shell that sources the runner (logs in $work/logs-NAME) and runs SCRIPT's lines.
 runner() {
-  printf 'set -euo pipefail\nsuite_logs=%q\nsuite_passed=0\n. %q\n%s\n' "$work/logs" "$root/scripts/suite-runner.sh" "$1" >"$work/runner.sh"
-  echo "$work/runner.sh"
+  mkdir -p "$work/logs-$1"
+  printf 'set -euo pipefail\nsuite_logs=%q\nsuite_passed=0\n. %q\n%s\n' "$work/logs-$1" "$root/scripts/suite-runner.sh" "$2" >"$work/runner-$1.sh"
+  echo "$work/runner-$1.sh"
 }
 
+# --- a terminal (script(1) gives it one), started first: it runs beside the plain run below (both
+# mostly wait on the fake suite's sleeps), its checks come after that
+tty_pid=""
+if command -v script >/dev/null 2>&1; then
+  TERM=xterm ACSECURE_HEARTBEAT_SECONDS=1 script -qec "bash $(runner tty "suite_total_tests=4; run_suite fake 'Executed [0-9]+ tests' bash $work/fake.sh")" /dev/null \
+    </dev/null >"$work/tty.out" 2>&1 &
+  tty_pid=$!
+fi
+
 # --- not a terminal: plain lines
-ACSECURE_HEARTBEAT_SECONDS=1 bash "$(runner "suite_total_tests=4; run_suite fake 'Executed [0-9]+ tests' bash $work/fake.sh")" >"$work/plain.out" 2>&1
+ACSECURE_HEARTBEAT_SECONDS=1 bash "$(runner plain "suite_total_tests=4; run_suite fake 'Executed [0-9]+ tests' bash $work/fake.sh")" >"$work/plain.out" 2>&1
 status=$?
 expect "a passing suite exits 0" "$work/plain.out" test "$status" = 0
 expect "a line when the suite starts, with the number of tests" "$work/plain.out" test "$(head -1 "$work/plain.out")" = "..    fake: started (4 tests)"
@@ -40,10 +49,10 @@ expect "plain heartbeat lines with tests done / total ($beats)" "$work/plain.out
 expect "heartbeats count up to the tests done" "$work/plain.out" grep -qE '^\.\.    fake: [0-9]+s, [34]/4 tests' "$work/plain.out"
 expect "no carriage return when not on a terminal" "$work/plain.out" bash -c "! grep -q $'\r' '$work/plain.out'"
 expect "one line at the end with the summary" "$work/plain.out" grep -qE '^ok    fake \([0-9]+s\): Executed 4 tests, with 0 failures$' "$work/plain.out"
-expect "the suite's output is in its log" "$work/plain.out" grep -q "Fake.test4" "$work/logs/fake.log"
+expect "the suite's output is in its log" "$work/plain.out" grep -q "Fake.test4" "$work/logs-plain/fake.log"
 
 # --- a failing suite
-bash "$(runner "run_suite good '' true; run_suite bad '' bash -c 'echo boom-output; exit 3'; echo not-reached")" >"$work/fail.out" 2>&1
+bash "$(runner fail "run_suite good '' true; run_suite bad '' bash -c 'echo boom-output; exit 3'; echo not-reached")" >"$work/fail.out" 2>&1
 status=$?
 expect "a failing suite stops the run with exit 1" "$work/fail.out" test "$status" = 1
 expect "the failing suite's output is shown" "$work/fail.out" grep -q "^boom-output$" "$work/fail.out"
@@ -52,9 +61,8 @@ expect "the closing line counts the suites" "$work/fail.out" grep -q '^suites: 1
 expect "nothing runs after the failing suite" "$work/fail.out" bash -c "! grep -q not-reached '$work/fail.out'"
 
 # --- a terminal: one progress line rewritten in place
-if command -v script >/dev/null 2>&1; then
-  TERM=xterm ACSECURE_HEARTBEAT_SECONDS=1 script -qec "bash $(runner "suite_total_tests=4; run_suite fake 'Executed [0-9]+ tests' bash $work/fake.sh")" /dev/null \
-    </dev/null >"$work/tty.out" 2>&1
+if [ -n "$tty_pid" ]; then
+  wait "$tty_pid"
   expect "on a terminal the heartbeat is a progress line rewritten in place" "$work/tty.out" \
     grep -qE $'\r\033\\[K\\.\\.    fake: [0-9]+s, [0-9]/4 tests' "$work/tty.out"
   expect "on a terminal the suite still ends with its ok line" "$work/tty.out" grep -qE '^ok    fake \([0-9]+s\)' <(tr '\r' '\n' <"$work/tty.out" | sed $'s/\033\\[K//g')
@@ -72,7 +80,7 @@ EOF
 # Job control for this launch: the runner gets its own process group, and SIGINT is not ignored
 # in it (as it is in a non-interactive shell's background commands).
 set -m
-bash "$(runner "run_suite slow '' bash $work/slow.sh")" >"$work/int.out" 2>&1 &
+bash "$(runner slow "run_suite slow '' bash $work/slow.sh")" >"$work/int.out" 2>&1 &
 session=$!
 set +m
 for _ in $(seq 1 50); do [ -s "$work/slow.pid" ] && break; sleep 0.1; done

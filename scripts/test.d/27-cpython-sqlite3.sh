@@ -10,7 +10,9 @@
 # but not test.test_sqlite3: it comes from Debian's source package of that python
 # (scripts/debian-source.sh), kept in $SWIFT_SCRATCH_PATH/cpython-test-sqlite3.
 # Prints "cpython-sqlite3: N passed, ..." (and the failures' tracebacks on failure).
-# environment: SWIFT_SCRATCH_PATH (default .build), KEEP=1 keeps the temp dir.
+# environment: SWIFT_SCRATCH_PATH (default .build), KEEP=1 keeps the temp dir, ACSECURE_TEST_C_PREFIX
+#   (scripts/test.sh: the install the C API suite made in this run, used instead of installing again
+#   when it holds acsecuresqlite.pc).
 set -euo pipefail
 
 root="$(cd -P "$(dirname "$0")/../.." && pwd)"
@@ -33,8 +35,13 @@ if ! "$python" -c 'import test.test_sqlite3' >/dev/null 2>&1; then
     tests=(--tests "$cache/Lib/test")
 fi
 
-"$root/scripts/install-c-library.sh" "$work/prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
-library="$work/prefix/lib/libACSecureSQLite.so"
+if [ -n "${ACSECURE_TEST_C_PREFIX:-}" ] && [ -f "$ACSECURE_TEST_C_PREFIX/lib/pkgconfig/acsecuresqlite.pc" ]; then
+    prefix="$ACSECURE_TEST_C_PREFIX"
+else
+    prefix="$work/prefix"
+    "$root/scripts/install-c-library.sh" "$prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
+fi
+library="$prefix/lib/libACSecureSQLite.so"
 export ACSECURE_HOME="$work/store" ACSECURE_APP_ID="cpython-test-sqlite3" ACSECURE_CREATE_STORE=1
 # The suite names its files after TESTFN (its undecodable name too) in a temporary working directory.
 cd "$work"

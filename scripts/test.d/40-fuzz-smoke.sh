@@ -17,7 +17,13 @@
 #   ACSECURE_FUZZ_TARGETS   the targets to run (default: all six)
 #   ACSECURE_FUZZ_RUNS      executions per target (default 100000)
 #   ACSECURE_FUZZ_SECONDS   time bound per target (default 300; 0: none)
+#   --build-only            build (and check) the targets, run nothing: scripts/test.sh does this in
+#                           the background while the Swift tests run, so that this suite finds them built
+#   ACSECURE_PREBUILD_PID   that background build, if it still runs: wait for it before building here
+#                           (not with --build-only, which that build runs with this variable set too)
 set -euo pipefail
+build_only=0
+[ "${1:-}" != --build-only ] || build_only=1
 cd "$(dirname "$0")/../../fuzz"
 export SWIFT_BACKTRACE=enable=no
 seconds="${ACSECURE_FUZZ_SECONDS:-300}"
@@ -41,13 +47,30 @@ sources="$(cd .. && find Sources CShim -type f | LC_ALL=C sort | sha256sum)"
 stamp=.build/acsecure-parent-sources
 if [ "$(cat "$stamp" 2>/dev/null)" != "$sources" ]; then touch Package.swift; fi
 
+# The background build of scripts/test.sh leaves a mark: its id and what the targets were built from
+# (file contents). The suite of the same run does not build again when the mark matches: another
+# `swift build` of this package plans the build anew (SwiftPM does not reuse the plan made by that
+# process), and a new plan can order the -sanitize flags differently, which compiles everything again.
+built_from() { (cd .. && find Package.swift Sources CShim fuzz/Package.swift fuzz/Harness fuzz/Sources -type f | LC_ALL=C sort | xargs sha256sum | sha256sum); }
+from="$(built_from)"
+prebuilt=.build/acsecure-prebuilt
+[ "$build_only" = 0 ] || rm -f "$prebuilt"
+
 start=$(date +%s)
-for t in "${targets[@]}"; do
-  if ! swift build --product "$t" "${flags[@]}" 2>&1 | { grep -v "warning: Cannot export local symbol" || true; }; then
-    echo "40-fuzz-smoke: FAILED to build $t with --sanitize fuzzer --sanitize address (libFuzzer/ASan toolchain support is required)" >&2
-    exit 1
-  fi
-done
+if [ "$build_only" = 0 ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
+  echo "40-fuzz-smoke: waiting for the background build (scripts/test.sh; its log: prebuild.log)"
+  while kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; do sleep 1; done
+fi
+if [ "$build_only" = 0 ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && [ "$(cat "$prebuilt" 2>/dev/null)" = "$ACSECURE_PREBUILD_PID $from" ]; then
+  echo "40-fuzz-smoke: the targets were built from these sources by this run's background build (prebuild.log)"
+else
+  for t in "${targets[@]}"; do
+    if ! swift build --product "$t" "${flags[@]}" 2>&1 | { grep -v "warning: Cannot export local symbol" || true; }; then
+      echo "40-fuzz-smoke: FAILED to build $t with --sanitize fuzzer --sanitize address (libFuzzer/ASan toolchain support is required)" >&2
+      exit 1
+    fi
+  done
+fi
 mkdir -p .build && printf '%s\n' "$sources" >"$stamp"
 bin="$(swift build --show-bin-path "${flags[@]}")"
 for t in "${targets[@]}"; do
@@ -65,6 +88,10 @@ for t in "${targets[@]}"; do
   fi
 done
 echo "40-fuzz-smoke: built in $(( $(date +%s) - start )) s"
+if [ "$build_only" = 1 ]; then
+  [ -z "${ACSECURE_PREBUILD_PID:-}" ] || printf '%s %s\n' "$ACSECURE_PREBUILD_PID" "$from" >"$prebuilt"
+  exit 0
+fi
 
 work="$(mktemp -d /tmp/acsecure-fuzz-smoke-XXXXXX)"
 trap 'rm -rf "$work"' EXIT

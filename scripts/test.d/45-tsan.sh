@@ -16,6 +16,9 @@
 #
 # Every lock in the project is a pthread mutex or rwlock (Sources/ACCrypto/Lock.swift), which TSan intercepts;
 # it would not see Synchronization.Mutex on Linux, which is why that type is not used (docs/TESTING.md).
+#
+# --build-only: build, run nothing (scripts/test.sh does this in the background while the Swift tests
+# run). ACSECURE_PREBUILD_PID: that background build, if it still runs; waited for before building here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export SWIFT_BACKTRACE=enable=no
@@ -27,6 +30,11 @@ tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOn
 tests+='|ParallelSealTests/test(LargeWritersOnOneFileAndOnManyFilesAtOnce|AWriteFailingBetweenPiecesIsReportedAndTheFileStillOpens)'
 export ACSECURE_STRESS_OPERATIONS=150
 start=$(date +%s)
+if [ "${1:-}" != --build-only ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
+  echo "45-tsan: waiting for the background build (scripts/test.sh; its log: prebuild.log)"
+  while kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; do sleep 1; done
+fi
 swift build --build-tests --sanitize thread --scratch-path "$scratch"
+[ "${1:-}" != --build-only ] || exit 0
 swift test --skip-build --sanitize thread --scratch-path "$scratch" --filter "$tests"
 echo "45-tsan: passed in $(( $(date +%s) - start )) s"
