@@ -52,7 +52,9 @@ prebuild_pid=$!
 set +m
 export ACSECURE_PREBUILD_PID="$prebuild_pid"
 # Stopped with everything it started if the run ends first (a failing suite, an interrupt), as is a running suite.
-trap 'kill -TERM -- "-$prebuild_pid" 2>/dev/null; [ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null' EXIT
+# The run's own status is kept: a kill of a group that has already ended fails, which under set -e
+# ended the trap, and the script, with status 1 (a run whose 12 suites all passed exited 1).
+trap 'status=$?; kill -TERM -- "-$prebuild_pid" 2>/dev/null || true; [ -z "$suite_pid" ] || kill -TERM -- "-$suite_pid" 2>/dev/null || true; exit $status' EXIT
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""
