@@ -23,18 +23,29 @@ extension SharedFile {
             }
             return
         }
+        try readAndOpenChunks(first: first, count: count, staging: ensureScratch, destination: destination) {
+            openChunk($0, index: $1, length: $2, into: $3, cipher: cipher)
+        }
+    }
+
+    /// Reads the sealed chunks `first..<first+count` with one `pread` into `staging(bytes)` and opens
+    /// chunk `i` into `destination(i)` with `open(sealed, i, length, plaintext)`: the loop of both
+    /// read paths, which differ only in whose staging, AAD and contexts they use.
+    @inline(__always)
+    func readAndOpenChunks(first: Int64, count: Int, staging: (Int) -> UnsafeMutableRawPointer,
+                           destination: (Int64) -> UnsafeMutableRawPointer,
+                           open: (UnsafeRawPointer, Int64, Int, UnsafeMutableRawPointer) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
-        let lastLength = layout.chunkLength(last, size: diskSize)
+        let lastLength = layout.chunkLength(first + Int64(count) - 1, size: diskSize)
         let total = (count - 1) * physical + lastLength + layout.chunkOverhead
-        let buf = ensureScratch(total)
+        let buf = staging(total)
         let got = try checkIO(Sys.preadFull(ioFD, buf, total, layout.chunkOffset(first)), "read")
         guard got == total else {
             throw .ace(.badKeyOrCorruptData, "\(path): file is shorter than its chunks (truncated?)")
         }
         for j in 0..<count {
             let index = first + Int64(j)
-            let length = j == count - 1 ? lastLength : chunkSize
-            guard openChunk(buf + j * physical, index: index, length: length, into: destination(index), cipher: cipher) else {
+            guard open(buf + j * physical, index, j == count - 1 ? lastLength : chunkSize, destination(index)) else {
                 throw .ace(.badKeyOrCorruptData, "\(path): chunk \(index) failed authentication")
             }
         }

@@ -211,27 +211,13 @@ extension SharedFile {
     /// is already authenticated.
     private func readChunksConcurrently(first: Int64, count: Int, reader: ChunkKeys.Reader, keys: ChunkKeys,
                                         destination: (Int64) -> UnsafeMutableRawPointer) throws(SecureFileError) {
-        let physical = layout.physicalChunkSize
-        let lastLength = layout.chunkLength(first + Int64(count) - 1, size: diskSize)
-        let total = (count - 1) * physical + lastLength + layout.chunkOverhead
-        let buf = reader.scratch(total)
-        let got = try checkIO(Sys.preadFull(ioFD, buf, total, layout.chunkOffset(first)), "read")
-        guard got == total else {
-            throw .ace(.badKeyOrCorruptData, "\(path): file is shorter than its chunks (truncated?)")
-        }
-        for j in 0..<count {
-            let index = first + Int64(j)
-            let length = j == count - 1 ? lastLength : chunkSize
-            let c = buf + j * physical
+        try readAndOpenChunks(first: first, count: count, staging: reader.scratch, destination: destination) { c, index, length, plaintext in
             let n = c + layout.selectorSize
             FileLayout.writeChunkAAD(reader.aad, fileID: fileID, index: index)
-            guard let context = reader.context(forSelector: selector(at: c), keys: keys),
-                  context.open(nonce: n, aad: UnsafeRawBufferPointer(start: reader.aad, count: FileLayout.chunkAADSize),
-                               ciphertext: UnsafeRawBufferPointer(start: n + FileLayout.nonceSize, count: length),
-                               tag: n + FileLayout.nonceSize + length, plaintext: destination(index))
-            else {
-                throw .ace(.badKeyOrCorruptData, "\(path): chunk \(index) failed authentication")
-            }
+            guard let context = reader.context(forSelector: selector(at: c), keys: keys) else { return false }
+            return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: reader.aad, count: FileLayout.chunkAADSize),
+                                ciphertext: UnsafeRawBufferPointer(start: n + FileLayout.nonceSize, count: length),
+                                tag: n + FileLayout.nonceSize + length, plaintext: plaintext)
         }
     }
 }
