@@ -165,6 +165,7 @@ typedef struct ACSQLFile {
      * before any write to its database (the database must never be ahead of its journal). */
     int journalKind;     /* a rollback or super-journal: torn chunks read as zeros (acsqlRead) */
     int isWAL;           /* a "-wal" file: SQLite's offsets are mapped to slots (acsqlWALPhysical) */
+    int repairingTornChunks; /* acsqlWriteOverTornChunks is writing: a refusal now is final */
     int walPageSize;     /* its page size, from its header (0 until known) */
     ACSQLInode *walOf;   /* a "-wal" file's database (a reference), NULL if it was not open */
     unsigned int walModeSeen;  /* the walOf->walModeGen this handle last applied */
@@ -574,6 +575,50 @@ static int acsqlSyncDirectoryOf(const char *path) {
     return rc;
 }
 
+static int acsqlReadFile(ACSQLFile *f, void *buf, int amount, sqlite3_int64 offset);
+static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_int64 offset);
+
+/*
+ * A write into a journal's or a -wal's chunk that fails authentication. A power loss can tear a
+ * rewrite of such a chunk (PERSIST rewrites its journal from offset 0, a -wal's frames and header are
+ * rewritten after a restart); the torn chunk held only bytes no sync made durable (SQLite never
+ * rewrites a synced sector: the sector size is the chunk size), and the VFS reads it as zeros
+ * (acsqlReadFile). The engine refuses a partial rewrite of a damaged chunk (the rest of it is
+ * lost), so SQLite's next write there failed ("disk I/O error") where a plain file takes it. The
+ * VFS writes such a chunk as it reads it: the write widened to whole chunks (down to the old last
+ * chunk when it starts past the end), the bytes around it as read, zeros for a damaged chunk. The
+ * engine takes a whole-chunk write as a repair. Anything else refused stays refused.
+ */
+static int acsqlWriteOverTornChunks(ACSQLFile *f, const unsigned char *buf, size_t amount, sqlite3_int64 offset) {
+    off_t size = ACSecureFileLseek(acsqlFD(f), 0, SEEK_END);
+    if (size < 0) { f->lastErrno = errno; return SQLITE_IOERR_FSTAT; }
+    sqlite3_int64 end = offset + (sqlite3_int64)amount;
+    sqlite3_int64 start = (offset < size ? offset : size) / ACSQL_CHUNK_SIZE * ACSQL_CHUNK_SIZE;
+    sqlite3_int64 wideEnd = (end + ACSQL_CHUNK_SIZE - 1) / ACSQL_CHUNK_SIZE * ACSQL_CHUNK_SIZE;
+    if (wideEnd > size) wideEnd = size > end ? size : end;
+    size_t length = (size_t)(wideEnd - start);
+    unsigned char *whole = sqlite3_malloc64(length);
+    if (whole == NULL) return SQLITE_NOMEM;
+    memset(whole, 0, length);
+    int rc = SQLITE_OK;
+    sqlite3_int64 before = (offset < size ? offset : size) - start;
+    if (before > 0) rc = acsqlReadFile(f, whole, (int)before, start);
+    if (rc == SQLITE_IOERR_SHORT_READ) rc = SQLITE_OK;  /* zero-filled */
+    if (rc == SQLITE_OK && wideEnd > end) rc = acsqlReadFile(f, whole + (end - start), (int)(wideEnd - end), end);
+    if (rc == SQLITE_IOERR_SHORT_READ) rc = SQLITE_OK;
+    memcpy(whole + (offset - start), buf, amount);
+    if (rc == SQLITE_OK) {
+        sqlite3_log(SQLITE_WARNING, "acsecure: %s: a write at %lld into a chunk that fails authentication (a write torn by a crash): "
+                    "written as whole chunks from %lld, the torn bytes as zeros", f->path ? f->path : "(journal)", (long long)offset, (long long)start);
+        f->repairingTornChunks = 1;
+        rc = acsqlPwriteAll(f, whole, length, start);
+        f->repairingTornChunks = 0;
+    }
+    explicit_bzero(whole, length);
+    sqlite3_free(whole);
+    return rc;
+}
+
 static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_int64 offset) {
     const char *p = buf;
     size_t done = 0;
@@ -582,6 +627,8 @@ static int acsqlPwriteAll(ACSQLFile *f, const void *buf, size_t amount, sqlite3_
         if (n < 0) {
             if (errno == EINTR) continue;
             int e = errno, ace = ACSecureFileLastError(acsqlFD(f));
+            if (e == EIO && ace == ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR && (f->journalKind || f->isWAL) && !f->repairingTornChunks)
+                return acsqlWriteOverTornChunks(f, (const unsigned char *)p + done, amount - done, offset + (sqlite3_int64)done);
             f->lastErrno = e;
             sqlite3_log(SQLITE_IOERR_WRITE, "acsecure: write %s at %lld: %s (ACE %d)", f->path ? f->path : "(temporary file)",
                         (long long)offset, strerror(e), ace);

@@ -80,9 +80,12 @@
  * SAFE_APPEND or POWERSAFE_OVERWRITE): the engine rewrites a chunk in place, so a write torn by a
  * crash can cost the whole chunk, and SQLite then journals whole chunks and never rewrites a
  * synced journal chunk. Such a torn chunk fails authentication; the VFS reads it as zeros in a
- * journal (SQLite's record checksums reject it, as they reject a torn sector of a plain journal)
- * and in a database while the database's journal exists (the rollback restores the page);
- * anywhere else it is an error (SQLITE_IOERR_DATA), never wrong data.
+ * journal or a -wal (SQLite's record and frame checksums reject it, as they reject a torn sector of
+ * a plain journal) and in a database while the database's journal exists (the rollback restores the
+ * page); anywhere else it is an error (SQLITE_IOERR_DATA), never wrong data. A later write into such
+ * a chunk of a journal or a -wal (PERSIST mode rewrites its journal from offset 0, a -wal is
+ * rewritten after a restart) is widened by the VFS to the whole chunk, the torn bytes as zeros, as
+ * it reads them: the engine takes that as a repair, so the write succeeds as on a plain file.
  *
  * File controls, answered as the unix VFS answers them: LOCKSTATE, LAST_ERRNO, VFSNAME, SYNC,
  * COMMIT_PHASETWO, HAS_MOVED (the path no longer names the open file), CHUNK_SIZE (the file then
