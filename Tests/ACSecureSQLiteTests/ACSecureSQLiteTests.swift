@@ -190,6 +190,38 @@ final class ACSecureSQLiteTests: XCTestCase {
         XCTAssertEqual(sqlite3_extended_errcode(db), SQLITE_IOERR | (32 << 8), String(cString: sqlite3_errmsg(db)))
     }
 
+    /// Issue 24 (a power loss tears PERSIST's rewrite of its journal): the torn chunks fail
+    /// authentication, the VFS reads them as zeros, and SQLite's next transaction writes its
+    /// records over them, ending inside one (records are a page + 8 bytes): a partial write of a
+    /// damaged chunk, which the engine refuses. The VFS widens it to the whole chunk (the torn
+    /// bytes as zeros), so the transaction commits as on a plain file ("disk I/O error" before).
+    func testAPersistJournalWithTornChunksTakesTheNextTransaction() throws {
+        let db = try open("persist.db", vfs: "acsecure")
+        _ = try rows(db, """
+            PRAGMA journal_mode=PERSIST;
+            CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
+            INSERT INTO t(v) VALUES (randomblob(3000)), (randomblob(3000)), (randomblob(3000));
+            UPDATE t SET v = randomblob(3000);
+            """)
+        XCTAssertEqual(sqlite3_close(db), SQLITE_OK)
+        let journal = directory + "/persist.db-journal"
+        var bytes = try XCTUnwrap(readBytes(journal))
+        let chunk0 = 128 + 2 * (4096 + 128)  // after the header and the two tail-copy slots
+        XCTAssertGreaterThan(bytes.count, chunk0 + 5 * (4096 + 32), "the journal persists with its four records")
+        // Chunks 1, 2 and 4, inside their ciphertext, as torn sectors leave them (not chunk 3 nor
+        // the last: a sync's tail copy holds those, and the engine would restore the end from it).
+        // The next transaction's journal (a header and three records, 16,408 bytes) ends in chunk 4.
+        for chunk in [1, 2, 4] { bytes[chunk0 + chunk * (4096 + 32) + 16 + 1] ^= 0x40 }
+        try writeBytes(journal, bytes)
+        let again = try open("persist.db", vfs: "acsecure")
+        defer { sqlite3_close(again) }
+        XCTAssertEqual(try rows(again, """
+            PRAGMA journal_mode=PERSIST;
+            UPDATE t SET v = zeroblob(100) WHERE id <= 2;
+            SELECT count(*), sum(length(v)) FROM t; PRAGMA integrity_check;
+            """), [["persist"], ["3", "3200"], ["ok"]])
+    }
+
     /// The file controls the unix VFS answers, answered the same way (issue 25): LAST_ERRNO,
     /// CHUNK_SIZE with SIZE_HINT (the file grows to the hint in whole chunks) and the rounding of
     /// later truncations, TEMPFILENAME, MMAP_SIZE (0: no mapping), EXTERNAL_READER (0 without WAL).
