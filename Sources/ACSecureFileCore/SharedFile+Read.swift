@@ -89,12 +89,9 @@ extension SharedFile {
     func loadCache(_ index: Int64) throws(SecureFileError) {
         if index == cacheIndex { return }
         precondition(index < diskChunks, "the read cache holds chunks as they are on disk")
-        cacheIndex = -1
-        cache.wipe()
-        cacheLength = 0
+        dropCache()
         try readChunksFromDisk(first: index, count: 1) { _ in self.cacheBase }
-        cacheLength = layout.chunkLength(index, size: diskSize)
-        cacheIndex = index
+        keepInCache(index, length: layout.chunkLength(index, size: diskSize), tailIsZero: true)
         readCacheStore(index, from: cacheBase, length: cacheLength)
     }
 }
@@ -194,17 +191,7 @@ extension SharedFile {
         try readChunksConcurrently(first: index, count: 1, reader: reader, keys: keys) { _ in chunk }
         dst.copyMemory(from: chunk + inChunk, byteCount: available)
         readCache?.store(index, from: chunk, length: length)
-        cacheLock.withLock {
-            let base = cacheBase
-            base.copyMemory(from: chunk, byteCount: length)
-            // Zero to the chunk's end, not only to the old `cacheLength`: the write path composes
-            // chunks in this buffer and then marks it empty (length 0) without wiping it, and a
-            // write that pads this chunk later relies on zeros after its length (stale bytes there
-            // were sealed into the file: FuzzOperationSequence, fuzz/FailCases).
-            if length < chunkSize { secureZero(UnsafeMutableRawBufferPointer(start: base + length, count: chunkSize - length)) }
-            cacheLength = length
-            cacheIndex = index
-        }
+        cacheLock.withLock { keepInCache(index, length: length, from: chunk) }
     }
 
     /// `readChunksFromDisk` for `readConcurrently`: the reader's staging, contexts and AAD; the end

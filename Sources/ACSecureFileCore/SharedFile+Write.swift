@@ -96,8 +96,7 @@ extension SharedFile {
         if lastNeedsOld { try readChunk(lastIndex, into: cache) }
         // From here the cache buffer composes chunks (or its chunk is rewritten): it is re-labelled
         // after the run with the chunk it then holds, if any.
-        cacheIndex = -1
-        cacheLength = 0
+        unlabelCache()
         var cacheHolds: Int64 = -1
         let zeros = ZeroChunk.pointer
         let firstBase = firstTarget.withUnsafeMutableBytes { $0.baseAddress! }
@@ -135,21 +134,18 @@ extension SharedFile {
         size = max(size, diskSize)
         if cacheHolds >= 0 {
             if done == Int(lastIndex - runFirst + 1) && cacheHolds == lastIndex {
-                // The cache holds the chunk's final plaintext: sequential appends read nothing back.
-                cacheIndex = lastIndex
-                cacheLength = layout.chunkLength(lastIndex, size: diskSize)
+                // The cache holds the chunk's final plaintext (composed over zeros, or over the old
+                // chunk, zero after it): sequential appends read nothing back.
+                keepInCache(lastIndex, length: layout.chunkLength(lastIndex, size: diskSize), tailIsZero: true)
             } else {
                 dropCache()
             }
         } else if let buffer, done == Int(lastIndex - runFirst + 1), lastIndex == diskChunks - 1, covered(lastIndex),
                   case let length = layout.chunkLength(lastIndex, size: diskSize), length < chunkSize {
             // The file's new short last chunk came whole from the caller's buffer (a write from a
-            // chunk-aligned end): keep its plaintext too (zeros after it, as `readChunk` leaves a
-            // chunk), or the next append reads it back (a pread and a GCM open per chunk of appends).
-            cacheBase.copyMemory(from: buffer + Int((lastIndex << shift) - offset), byteCount: length)
-            (cacheBase + length).initializeMemory(as: UInt8.self, repeating: 0, count: chunkSize - length)
-            cacheIndex = lastIndex
-            cacheLength = length
+            // chunk-aligned end): keep its plaintext too, or the next append reads it back (a pread
+            // and a GCM open per chunk of appends).
+            keepInCache(lastIndex, length: length, from: buffer + Int((lastIndex << shift) - offset))
         }
         let doneEnd = min(end, (runFirst + Int64(done)) << shift)
         guard doneEnd > offset else {

@@ -110,9 +110,7 @@ extension SharedFile {
         let n = try writeSpan(base, count: runLength, at: runFirst << Int64(layout.chunkShift), flushingRun: true)
         guard n == runLength else { throw .ace(.noKeys, "\(path): secure services locked while writing buffered data") }
         let last = runFirst + Int64(runChunks) - 1
-        cacheBase.copyMemory(from: runSlot(last), byteCount: chunkSize)
-        cacheIndex = last
-        cacheLength = layout.chunkLength(last, size: diskSize)
+        keepInCache(last, length: layout.chunkLength(last, size: diskSize), from: runSlot(last))
         dropRun()
     }
 

@@ -267,6 +267,33 @@ final class SharedFile: @unchecked Sendable {
         keyGeneration = 0
     }
 
+    /// Makes the cache buffer chunk `index` as it is on disk, `length` bytes (copied from `source`
+    /// if given, else already in the buffer), and keeps the buffer's invariant: zero after `length`.
+    /// A write that pads the chunk later seals those bytes, so stale ones there would reach the file
+    /// (FuzzOperationSequence, fuzz/FailCases). `tailIsZero` skips the zeroing where the caller has
+    /// just composed the chunk over zeros (the append path: 4 KiB of memset per call); debug
+    /// builds check the claim.
+    func keepInCache(_ index: Int64, length: Int, from source: UnsafeRawPointer? = nil, tailIsZero: Bool = false) {
+        let base = cacheBase
+        if let source, source != UnsafeRawPointer(base) { base.copyMemory(from: source, byteCount: length) }
+        if length < chunkSize {
+            if tailIsZero {
+                assert(memcmp(base + length, ZeroChunk.pointer, chunkSize - length) == 0, "the cache buffer is zero after the chunk's length")
+            } else {
+                secureZero(UnsafeMutableRawBufferPointer(start: base + length, count: chunkSize - length))
+            }
+        }
+        cacheLength = length
+        cacheIndex = index
+    }
+
+    /// The cache buffer is about to compose chunks (its content is no chunk on disk any more): it
+    /// holds no chunk until `keepInCache` or `dropCache`. Not wiped: the caller overwrites it.
+    func unlabelCache() {
+        cacheIndex = -1
+        cacheLength = 0
+    }
+
     /// Forgets the cached chunk (its plaintext is wiped).
     func dropCache() {
         cacheIndex = -1
