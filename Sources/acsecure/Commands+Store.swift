@@ -37,7 +37,8 @@ struct Init: ParsableCommand {
         }
         let services: SecureServices
         do {
-            services = try SecureServices.createStore(appID: global.appID, storePath: dir, passcode: passcode)
+            services = try SecureServices.createStore(appID: global.appID, storePath: dir, passcode: passcode,
+                                                    argonCost: global.argonCostForNewPasscodes)
         } catch where error.code == .storeIO && error.errno == EEXIST {
             throw CLIError(.usage, "\(error.message) (use `acsecure passwd` to change its passcode)")
         } catch {

@@ -82,6 +82,17 @@ struct GlobalOptions: ParsableArguments {
         return try Passcode.prompt("Passcode for the store \(storeDirectory): ", what: "passcode")
     }
 
+    /// The Argon2id cost of a new or changed passcode: libsodium's moderate limits. Debug builds (with
+    /// the test hooks of TestFaults.swift) take `ACSECURE_TEST_ARGON2=minimum`, so the CLI suite
+    /// (scripts/test.d/30-cli.sh) does not spend 0.4 s on each of its ~90 commands on a protected
+    /// store; the moderate cost is tested by the Swift tests. A release build has no such variable.
+    var argonCostForNewPasscodes: Argon2id.Cost {
+        #if ACSECURE_SYSCALL_MOCKING
+        if let v = getenv("ACSECURE_TEST_ARGON2"), String(cString: v) == "minimum" { return .minimum }
+        #endif
+        return .moderate
+    }
+
     /// The store's services, without asking for anything: unavailable when a passcode is needed.
     /// - Parameter passcodeChange: `passwd` may remove the passcode, so it does not require the store
     ///   to stay protected; every other command does when `ACSECURE_PASSCODE` is set.
@@ -94,7 +105,7 @@ struct GlobalOptions: ParsableArguments {
             // unprotected seed is refused instead of silently used.
             let passcodeConfigured = !passcodeChange && Passcode.isSet("ACSECURE_PASSCODE")
             return try SecureServices(appID: appID, storePath: storeDirectory, passcode: nil,
-                                      requireProtectedStore: passcodeConfigured)
+                                      requireProtectedStore: passcodeConfigured, argonCost: argonCostForNewPasscodes)
         } catch {
             throw CLIError(error, store: storeDirectory)
         }

@@ -28,6 +28,10 @@ cd "$work" || exit 1
 
 unset ACSECURE_APP_ID ACSECURE_PASSCODE ACSECURE_NEW_PASSCODE XDG_DATA_HOME
 export ACSECURE_HOME="$work/store" HOME="$work/home" SWIFT_BACKTRACE=enable=no
+# New passcodes at libsodium's minimum Argon2id cost (a debug build's test hook, GlobalOptions.swift):
+# each command on a protected store costs milliseconds instead of 0.4 s. The Swift tests check the
+# moderate cost of real stores (StoreAttackTests); a release binary (ACSECURE_BIN) ignores this.
+export ACSECURE_TEST_ARGON2=minimum
 PASS1="pw-Secret-One-7f3a"
 PASS2="pw-Secret-Two-91bc"
 MARKER="PLAINTEXT-MARKER-c4d1e8"
