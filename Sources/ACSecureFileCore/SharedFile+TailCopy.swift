@@ -182,8 +182,12 @@ extension SharedFile {
     private func tailCopies(in buf: UnsafeMutableRawPointer, slotSize: Int) throws(SecureFileError) -> [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] {
         let got = try checkIO(Sys.preadFull(ioFD, buf, 2 * slotSize, layout.tailCopyOffset(0)), "read the tail copies")
         var found: [(descriptor: TailCopyDescriptor, slot: Int, chunkTag: [UInt8]?)] = []
-        for slot in 0..<2 where got >= (slot + 1) * slotSize {
+        for slot in 0..<2 where got >= slot * slotSize + TailCopyDescriptor.size {
             let s = buf + slot * slotSize
+            // The copy's own bytes must have been read, not the whole slot: a creation torn by a
+            // power loss can leave a file that ends right after copy 0 (the header's first write).
+            guard let parsed = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)),
+                  got >= slot * slotSize + TailCopyDescriptor.size + tailCopyLength(size: parsed.size).total else { continue }
             if let d = tailCopy(in: s, slot: slot) {
                 let (chunkBytes, _) = tailCopyLength(size: d.size)
                 let tag = chunkBytes > 0 ? Array(UnsafeRawBufferPointer(start: s + TailCopyDescriptor.size + chunkBytes - FileLayout.tagSize, count: FileLayout.tagSize)) : nil

@@ -50,6 +50,38 @@ final class TailCopyTests: XCTestCase {
         try f.close()
     }
 
+    /// Regression (found by SQLiteCrashStateTests, sqlite-delete): a creation torn by a power loss.
+    /// The file's name and its first write (the header and copy 0 of an empty file, 224 bytes)
+    /// persisted, not the trailer after the slots. Slots were read only when whole, so copy 0 was
+    /// not seen, no end authenticated, and the file refused every change (SQLite: "disk I/O
+    /// error" on its next journal). Now the open takes copy 0: an empty file, restored and
+    /// reported, that takes changes. Cut inside copy 0, it is still no secure file to build on.
+    func testACreationTornAfterCopyZeroOpensEmptyAndTakesChanges() throws {
+        let env = try TestEnvironment()
+        let path = env.path("created")
+        try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services).close()
+        let created = readWholeFile(path)
+        let copyZeroEnd = Int(layout.tailCopyOffset(0)) + TailCopyDescriptor.size + layout.trailerSize
+        XCTAssertEqual(copyZeroEnd, 224)
+        XCTAssertGreaterThan(created.count, copyZeroEnd)
+        writeWholeFile(path, Array(created.prefix(copyZeroEnd)))
+        let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertTrue(try f.endRestoredFromTailCopy)
+        XCTAssertEqual(try f.size, 0)
+        _ = try f.pwrite(plaintext(5000), at: 0)
+        try f.sync()
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertFalse(try g.endRestoredFromTailCopy)
+        XCTAssertEqual(try g.pread(count: 6000, at: 0), plaintext(5000))
+        try g.close()
+
+        writeWholeFile(path, Array(created.prefix(copyZeroEnd - 1)))
+        let h = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertThrowsError(try h.pwrite([1], at: 0), "no copy whole, no end: refused")
+        try h.close()
+    }
+
     /// Regression (found by SQLiteCrashStateTests, sqlite-truncate): a slot left by an earlier
     /// generation (the file emptied since) parsed as the newest sequence, so the next copy went over
     /// the only copy of the current generation. The next slot follows the newest copy that

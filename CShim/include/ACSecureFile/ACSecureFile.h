@@ -114,10 +114,14 @@ extern "C" {
  * encryption group.
  *
  * Creation is atomic: a missing file is created unnamed in its directory (O_TMPFILE), given its
- * header, and only then linked under its name, so the name never shows a 0-byte file and a crash
+ * header, and only then linked under its name, so the name never shows a 0-byte file and a kill
  * leaves none. A 0-byte file is therefore never a secure file: every open of one fails with EIO
  * (ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR: a secure file cut to 0 bytes looks like that), with O_CREAT
- * too; only O_TRUNC, which empties a file on purpose, makes it a new secure file.
+ * too; only O_TRUNC, which empties a file on purpose, makes it a new secure file. A power loss
+ * before the file's first sync can leave one (the name persisted, not the data written before it):
+ * as with a plain file, nothing in it was durable; open it with O_TRUNC to start it anew (the
+ * SQLite VFS does so for its journals). A creation torn after its header's write opens as an empty
+ * file, reported as restored (ACSecureFileEndRestored).
  *
  * Returns a descriptor >= 0, or -1 with errno:
  *   ENOENT, EEXIST, EACCES, ENOTDIR, ELOOP, EMFILE, ENAMETOOLONG, EROFS, ... as open();
