@@ -2011,6 +2011,15 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
                 f->lockFD = -1;
             }
         }
+        if ((type & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL | SQLITE_OPEN_SUPER_JOURNAL)) != 0 && (flags & SQLITE_OPEN_CREATE)
+            && lstat(name, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+            /* A journal or -wal of 0 bytes: what a power loss leaves of one created and never synced
+             * (its name persisted, not its first write). The engine refuses a 0-byte file (it never
+             * leaves one; a cut secure file looks so); SQLite takes it for no journal (xAccess says
+             * so, as the unix VFS does), so there is nothing in it to keep: it is started anew. */
+            sqlite3_log(SQLITE_WARNING, "acsecure: %s: an empty file (a creation a crash interrupted): started anew", name);
+            oflag |= O_TRUNC;
+        }
         f->fd = ACSecureFileOpenWithOptions(name, oflag, mode, options);
         if (f->fd < 0 && errno == EACCES && !readOnly && (type & SQLITE_OPEN_MAIN_DB)) {
             /* Like the unix VFS: a database we may not write is opened read-only. EACCES without

@@ -10,8 +10,9 @@ import CACSystemSQLite
 import CACSecureSQLite
 
 /// Power loss under SQLite through the acsecure VFS (issue 24, item 5; docs/TESTING.md "Power loss:
-/// every crash state between syncs"): transactions with `synchronous=FULL` in each journal mode that
-/// keeps its files (WAL, TRUNCATE, PERSIST), their file-changing calls recorded (`SystemCallRecorder`:
+/// every crash state between syncs"): transactions with `synchronous=FULL` in each journal mode
+/// (WAL, TRUNCATE, PERSIST; DELETE with `synchronous=EXTRA`, whose commit is the journal's unlink and
+/// the directory's sync), their file-changing calls recorded (`SystemCallRecorder`:
 /// the VFS reaches the files through the C API, so through `Sys`, on the calling thread). A crash may
 /// come before any sync of any file: each file then holds everything before its own last sync and a
 /// crash state (Tests/ACSecureTestSupport/CrashStates.swift) of its calls since; the files' states
@@ -29,6 +30,7 @@ final class SQLiteCrashStateTests: XCTestCase {
         ("wal", "-wal", .clean),
         ("truncate", "-journal", .clean),
         ("persist", "-journal", .clean),
+        ("delete", "-journal", .clean),
     ]
 
     private var temporary: TemporaryDirectory!
@@ -64,6 +66,11 @@ final class SQLiteCrashStateTests: XCTestCase {
     enum Event {
         case op(file: Int, CrashFileOp)
         case sync(file: Int)
+        /// DELETE mode: file `file` (a new journal) was created, empty.
+        case created(file: Int)
+        /// DELETE mode: the journal was unlinked and, `synchronous=EXTRA`, its directory synced:
+        /// from here it is gone for good (just before, either way).
+        case deleted(file: Int)
         /// COMMIT of transaction `j` returned (0: the state before the recording).
         case committed(Int)
     }
@@ -82,11 +89,16 @@ final class SQLiteCrashStateTests: XCTestCase {
         var rng = SplitMix64(seed: 24)
         let db = try open(path)
         XCTAssertEqual(try rows(db, "PRAGMA journal_mode=\(mode)").first?.first, mode)
-        _ = try rows(db, "PRAGMA synchronous=FULL; CREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB)")
+        // DELETE mode commits by unlinking the journal; SQLite syncs the directory after it only
+        // with synchronous=EXTRA (with FULL a power loss may bring the hot journal back and roll
+        // the last commit back, with plain files too: SQLite's documentation of EXTRA).
+        let deleteMode = mode == "delete"
+        _ = try rows(db, "PRAGMA synchronous=\(deleteMode ? "EXTRA" : "FULL"); CREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB)")
         _ = try rows(db, "BEGIN; " + (0..<20).map { _ in "INSERT INTO t(v) VALUES(X'\(Self.hex(randomBytes(300, &rng)))');" }.joined() + " COMMIT")
         var commits = [try content(db)]
-        // The files and their bytes when the recording starts (the journal or WAL exists by now).
-        let names = [path, path + journalSuffix]
+        // The files and their bytes when the recording starts (the journal or WAL exists by now;
+        // in DELETE mode each transaction creates its journal, a new file, and unlinks it).
+        var names = deleteMode ? [path] : [path, path + journalSuffix]
         var identities: [SystemCallRecorder.FileIdentity] = []
         var bases: [[UInt8]] = []
         for name in names {
@@ -95,16 +107,36 @@ final class SQLiteCrashStateTests: XCTestCase {
             identities.append(.init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
             bases.append([UInt8]((try? Data(contentsOf: URL(fileURLWithPath: name))) ?? Data()))
         }
+        var directory = stat()
+        XCTAssertEqual(stat(dir, &directory), 0)
+        let directoryIdentity = SystemCallRecorder.FileIdentity(device: UInt64(directory.st_dev), inode: UInt64(directory.st_ino))
         var events: [Event] = [.committed(0)]
         var unknown: [String] = []
+        // The newest file of an identity: a journal's inode number may be reused by the next one.
+        func slot(_ file: SystemCallRecorder.FileIdentity?) -> Int? { identities.lastIndex(where: { $0 == file }) }
         let recorder = SystemCallRecorder { event in
             switch event {
             case .write(let file, let offset, let bytes):
-                if let f = identities.firstIndex(where: { $0 == file }) { events.append(.op(file: f, .write(offset: Int(offset), bytes: bytes))) } else { unknown.append("\(event)") }
+                if let f = slot(file) { events.append(.op(file: f, .write(offset: Int(offset), bytes: bytes))) } else { unknown.append("\(event)") }
             case .truncate(let file, let length):
-                if let f = identities.firstIndex(where: { $0 == file }) { events.append(.op(file: f, .truncate(Int(length)))) } else { unknown.append("\(event)") }
+                if let f = slot(file) { events.append(.op(file: f, .truncate(Int(length)))) } else { unknown.append("\(event)") }
             case .sync(let file, _):
-                if let f = identities.firstIndex(where: { $0 == file }) { events.append(.sync(file: f)) } else { unknown.append("\(event)") }
+                if let f = slot(file) {
+                    events.append(.sync(file: f))
+                } else if !(deleteMode && file == directoryIdentity) {
+                    // (The engine's first sync of a file it created syncs its directory too: the
+                    // journal's name is durable once its first sync returns.)
+                    unknown.append("\(event)")
+                }
+            // The engine creates a file unnamed in its directory (O_TMPFILE), writes its header,
+            // then links it to its name.
+            case .open(let name, _, let file?) where deleteMode && name == BytePath(dir):
+                names.append(path + journalSuffix)
+                identities.append(file)
+                bases.append([])
+                events.append(.created(file: identities.count - 1))
+            case .link(_, let to) where deleteMode && to == BytePath(path + journalSuffix):
+                break
             default:
                 unknown.append("\(event)")
             }
@@ -116,6 +148,14 @@ final class SQLiteCrashStateTests: XCTestCase {
                 for _ in 0..<3 { sql += " UPDATE t SET v = X'\(Self.hex(randomBytes(300, &rng)))' WHERE k = \(1 + rng.next() % 20);" }
                 sql += " INSERT INTO t(v) VALUES(X'\(Self.hex(randomBytes(1000, &rng)))'); COMMIT"
                 _ = try rows(db, sql)
+                if deleteMode {
+                    // COMMIT unlinked the transaction's journal and synced the directory.
+                    let journal = events.lastIndex { if case .created = $0 { return true } else { return false } }
+                    guard let journal, case .created(let f) = events[journal], access(path + journalSuffix, F_OK) != 0 else {
+                        throw SQLiteError(description: "delete: transaction \(j) left no created and deleted journal (other calls: \(unknown))")
+                    }
+                    events.append(.deleted(file: f))
+                }
                 events.append(.committed(j))
                 commits.append(try content(db))
             }
@@ -123,7 +163,8 @@ final class SQLiteCrashStateTests: XCTestCase {
         XCTAssertEqual(unknown, [], "\(mode): calls on files other than the database and its \(journalSuffix)")
         sqlite3_close(db)
 
-        // Crash points: before each sync of either file, and after the last call.
+        // Crash points: before each sync of either file, before each journal's deletion (DELETE
+        // mode: the unlink may have persisted or not), and after the last call.
         let limits: CrashEnumerationLimits = full ? .full : .sample
         let combinations = full ? 150 : 16
         var counts = Counts()
@@ -132,25 +173,42 @@ final class SQLiteCrashStateTests: XCTestCase {
         let stateDir = Self.memoryDirectory() ?? dir + "/state"
         defer { if stateDir.hasPrefix("/dev/shm/") { removeTree(stateDir) } }
         if !stateDir.hasPrefix("/dev/shm/") { XCTAssertEqual(mkdir(stateDir, 0o700), 0) }
-        let points = events.indices.filter { if case .sync = events[$0] { return true } else { return false } } + [events.count]
+        let points = events.indices.filter {
+            switch events[$0] {
+            case .sync, .deleted: return true
+            default: return false
+            }
+        } + [events.count]
         for (p, t) in points.enumerated() {
-            // Per file: the bytes at its last sync before t, and its calls since.
-            var perFile: [[(label: String, bytes: [UInt8])]] = []
+            // Per file: the bytes at its last sync before t, and its calls since; nil: no such file
+            // (a journal not created yet or deleted, or whose creation or unlink may not persist).
+            var perFile: [[(label: String, bytes: [UInt8]?)]] = []
             var pendingCalls: [[CrashFileOp]] = []
             for f in names.indices {
-                var synced = bases[f], pending: [CrashFileOp] = []
+                let createdAt = events.firstIndex { if case .created(f) = $0 { return true } else { return false } }
+                let deletedAt = events.firstIndex { if case .deleted(f) = $0 { return true } else { return false } }
+                if createdAt.map({ $0 >= t }) ?? false || deletedAt.map({ $0 < t }) ?? false {
+                    pendingCalls.append([])
+                    perFile.append([("absent", nil)])
+                    continue
+                }
+                var synced = bases[f], pending: [CrashFileOp] = [], everSynced = createdAt == nil
                 for e in events[..<t] {
                     switch e {
                     case .op(f, let op): pending.append(op)
-                    case .sync(f): for op in pending { op.apply(to: &synced) }; pending = []
+                    case .sync(f): for op in pending { op.apply(to: &synced) }; pending = []; everSynced = true
                     default: break
                     }
                 }
                 pendingCalls.append(pending)
                 let epoch = CrashEpoch(index: p * names.count + f, base: synced, ops: pending, durable: [], models: [], touched: [])
-                var seen = Set<[UInt8]>(), states: [(label: String, bytes: [UInt8])] = []
+                var seen = Set<[UInt8]>(), states: [(label: String, bytes: [UInt8]?)] = []
                 let built = pending.isEmpty ? [("synced", synced)] : CrashStateBuilder(epoch).states(limits, seed: 24).map { ($0.label, $0.bytes) }
                 for s in built where seen.insert(s.1).inserted { states.append(s) }
+                // A new journal's name is durable from its first sync (the engine syncs the
+                // directory then); its unlink, from the directory sync that ends COMMIT.
+                if !everSynced { states.append(("its creation not persisted", nil)) }
+                if deletedAt == t { states.append(("its unlink persisted", nil)) }
                 perFile.append(states)
             }
             var acked = 0
@@ -170,11 +228,12 @@ final class SQLiteCrashStateTests: XCTestCase {
             }
             for pick in picks {
                 counts.states += 1
+                for suffix in ["", journalSuffix, "-shm", "-aclock"] { unlink(stateDir + "/w.db" + suffix) }
                 for f in names.indices {
+                    guard let bytes = perFile[f][pick[f]].bytes else { continue }
                     let target = stateDir + "/w.db" + (f == 0 ? "" : journalSuffix)
-                    try Data(perFile[f][pick[f]].bytes).write(to: URL(fileURLWithPath: target))
+                    try Data(bytes).write(to: URL(fileURLWithPath: target))
                 }
-                for suffix in ["-shm", "-aclock"] { unlink(stateDir + "/w.db" + suffix) }
                 let failed = check(stateDir + "/w.db", allowed: allowed, commits: commits, acked: acked)
                 guard !failed.isEmpty else { continue }
                 counts.failing += 1
@@ -182,9 +241,10 @@ final class SQLiteCrashStateTests: XCTestCase {
                 // The first two failing states of each property.
                 if failed.keys.contains(where: { (counts.byProperty[$0] ?? 0) <= 2 }) {
                     let why = failed.sorted { $0.key < $1.key }.map { "(\($0.key)) \($0.value)" }.joined(separator: "; ")
-                    let files = names.indices.map { f in
+                    let files = names.indices.filter { perFile[$0][pick[$0]].label != "absent" }.map { f in
                         let calls = pendingCalls[f].map(\.description).joined(separator: "; ")
-                        return "\(f == 0 ? "db" : journalSuffix) [\(calls)] \(perFile[f][pick[f]].label) (\(perFile[f][pick[f]].bytes.count) bytes)"
+                        let state = perFile[f][pick[f]]
+                        return "\(f == 0 ? "db" : journalSuffix) [\(calls)] \(state.label) (\(state.bytes.map { "\($0.count) bytes" } ?? "no file"))"
                     }
                     counts.examples.append("crash before event \(t) (after COMMIT \(acked) returned): \(files.joined(separator: ", ")): \(why)")
                 }

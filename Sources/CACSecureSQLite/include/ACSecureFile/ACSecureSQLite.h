@@ -86,6 +86,9 @@
  * a chunk of a journal or a -wal (PERSIST mode rewrites its journal from offset 0, a -wal is
  * rewritten after a restart) is widened by the VFS to the whole chunk, the torn bytes as zeros, as
  * it reads them: the engine takes that as a repair, so the write succeeds as on a plain file.
+ * A journal or -wal of 0 bytes (a power loss after its name persisted, before its first write
+ * did: the engine never leaves one otherwise) is no journal to SQLite, as with the unix VFS; the VFS
+ * starts it anew (O_TRUNC) when SQLite opens it to write, and logs it.
  *
  * File controls, answered as the unix VFS answers them: LOCKSTATE, LAST_ERRNO, VFSNAME, SYNC,
  * COMMIT_PHASETWO, HAS_MOVED (the path no longer names the open file), CHUNK_SIZE (the file then
