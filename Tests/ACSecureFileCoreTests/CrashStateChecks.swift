@@ -21,22 +21,36 @@ enum CrashProperty: String, CaseIterable {
 
 /// Opens one crash state with the engine and checks it. Returns the properties it fails, with a
 /// line saying why, and whether a chunk holding only unsynced bytes failed to read (allowed).
+/// - Parameter creationNeverSynced: the state is of a file whose creation no sync completed. The
+///   engine refuses one of 0 bytes or with its header torn (no secure file: a cut one looks the
+///   same, so it is never taken silently, `ACSecureFileOpen`); that passes (b) when an `O_TRUNC`
+///   open starts it anew and it takes a change (`startedAnew`), as the C header documents.
 func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], at path: String,
-                     services: SecureServices, chunk: Int = 4096) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool) {
+                     services: SecureServices, chunk: Int = 4096,
+                     creationNeverSynced: Bool = false) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool, startedAnew: Bool) {
     var failed: [CrashProperty: String] = [:]
     var unreadableUnsynced = false
     unlink(path)
     writeWholeFile(path, bytes)
     let file: SecureFile
     do { file = try SecureFile.open(path, flags: O_RDONLY, services: services) } catch {
+        if creationNeverSynced, stable.isEmpty, error.code == .badKeyOrCorruptData {
+            do {
+                try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services).close()
+                if let problem = appendedByteProblem(BytePath(path), size: 0, services: services) { return ([.usable: "started anew with O_TRUNC, then \(problem)"], false, false) }
+                return ([:], false, true)
+            } catch {
+                return ([.usable: "refused (\(crashErrorName(error))), and O_TRUNC does not start it anew"], false, false)
+            }
+        }
         failed[.usable] = "does not open: \(error.message)"
         if !stable.isEmpty { failed[.durable] = "does not open, synced bytes lost" }
-        return (failed, false)
+        return (failed, false, false)
     }
     let size: Int
     do { size = Int(try file.size) } catch {
         try? file.close()
-        return ([.usable: "no size: \(error.message)"], false)
+        return ([.usable: "no size: \(error.message)"], false, false)
     }
     if let lost = stable.first(where: { $0.upperBound > size }) {
         failed[.durable] = "opens at \(size) bytes: synced bytes \(max(lost.lowerBound, size))..<\(lost.upperBound) lost"
@@ -75,7 +89,7 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
     try? file.close()
     // (b): one byte appended after the crash reads back.
     if let problem = appendedByteProblem(BytePath(path), size: size, services: services) { failed[.usable] = problem }
-    return (failed, unreadableUnsynced)
+    return (failed, unreadableUnsynced, false)
 }
 
 private func crashErrorName(_ error: any Error) -> String {

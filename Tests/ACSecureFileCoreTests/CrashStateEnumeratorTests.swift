@@ -28,8 +28,9 @@ final class CrashStateEnumeratorTests: XCTestCase {
     struct Workload {
         var name: String
         var expected: Expectation
-        /// The file's plaintext before the recorded window (written and synced beforehand).
-        var initial: Int
+        /// The file's plaintext before the recorded window (written and synced beforehand); nil: the
+        /// workload creates the file.
+        var initial: Int?
         var run: (CrashWorkloadRun) throws -> Void
     }
 
@@ -86,6 +87,14 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try w.truncate(f, 10_000); try w.sync(f)
             try f.close()
         },
+        Workload(name: "create", expected: .clean, initial: nil) { w in
+            // Until its first sync a new file may be missing, empty or torn anywhere (its name and its
+            // first writes persist in any order); from it, the name and the bytes are durable.
+            let f = try w.open(O_RDWR | O_CREAT | O_EXCL)
+            try w.append(f, 5000); try w.sync(f)
+            try w.append(f, 300); try w.sync(f)
+            try f.close()
+        },
         Workload(name: "o-trunc", expected: .clean, initial: 30_000) { w in
             let f = try w.open(O_RDWR | O_TRUNC)
             try w.append(f, 5000); try w.sync(f)
@@ -117,6 +126,9 @@ final class CrashStateEnumeratorTests: XCTestCase {
         var failing = 0
         var byProperty: [CrashProperty: Int] = [:]
         var unreadableUnsynced = 0
+        /// States of a creation no sync completed that the engine refuses (a file of 0 bytes or with
+        /// its header torn: no secure file), which an `O_TRUNC` open starts anew, as documented.
+        var startedAnew = 0
         /// Failing states by how they were built: prefix, torn, reordered, mixed.
         var byKind: [String: Int] = [:]
         var examples: [String] = []
@@ -136,12 +148,24 @@ final class CrashStateEnumeratorTests: XCTestCase {
         for epoch in epochs {
             let stable = epoch.stableRanges
             var seen = Set<Int>()
+            let creation = workload.initial == nil && epoch.index == 0
+            if creation {
+                // The state where the name did not persist: nothing durable, the file is created anew.
+                counts.states += 1
+                unlink(statePath)
+                if let problem = appendedByteProblem(BytePath(statePath), size: 0, services: env.services, create: true) {
+                    counts.failing += 1
+                    counts.byProperty[.usable, default: 0] += 1
+                    counts.examples.append("absent: epoch 0, the file's name not persisted: \(problem)")
+                }
+            }
             // One state at a time: an epoch of many large writes has more than fit in memory.
             CrashStateBuilder(epoch).forEachState(limits, seed: 24) { kind, label, bytes in
                 guard seen.insert(bytes.hashValue).inserted else { return }
                 counts.states += 1
-                let verdict = checkCrashState(bytes, epoch: epoch, stable: stable, at: statePath, services: env.services)
+                let verdict = checkCrashState(bytes, epoch: epoch, stable: stable, at: statePath, services: env.services, creationNeverSynced: creation)
                 if verdict.unreadableUnsynced { counts.unreadableUnsynced += 1 }
+                if verdict.startedAnew { counts.startedAnew += 1 }
                 guard !verdict.failed.isEmpty else { return }
                 counts.failing += 1
                 counts.byKind[kind, default: 0] += 1
@@ -167,7 +191,8 @@ final class CrashStateEnumeratorTests: XCTestCase {
             let props = CrashProperty.allCases.map { "(\($0.rawValue)) \(c.byProperty[$0] ?? 0)" }.joined(separator: " ")
             let kinds = c.byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
             let seconds = ((monotonicSeconds() - started) * 10).rounded() / 10
-            print("crash states \(full ? "full" : "sample") \(workload.name): \(c.states) states, \(c.failing) failing [\(props)]\(kinds.isEmpty ? "" : " (\(kinds))"), \(c.unreadableUnsynced) with an unsynced chunk unreadable, \(seconds) s")
+            let anew = c.startedAnew > 0 ? ", \(c.startedAnew) refused and started anew (O_TRUNC)" : ""
+            print("crash states \(full ? "full" : "sample") \(workload.name): \(c.states) states, \(c.failing) failing [\(props)]\(kinds.isEmpty ? "" : " (\(kinds))"), \(c.unreadableUnsynced) with an unsynced chunk unreadable\(anew), \(seconds) s")
             for e in c.examples { print("  \(e)") }
             // No known gap covers (c): a wrong value is never returned.
             XCTAssertEqual(c.byProperty[.neverHad] ?? 0, 0, "\(workload.name): a byte read as a value it never had:\n" + c.examples.joined(separator: "\n"))
@@ -233,18 +258,27 @@ final class CrashWorkloadRun {
     private(set) var events: [CrashEvent] = []
     private(set) var model: [UInt8]
     private var rng: SplitMix64
-    private let identity: SystemCallRecorder.FileIdentity
+    /// The file's identity (nil until a creating workload's open creates it).
+    private var identity: SystemCallRecorder.FileIdentity?
+    private let directory: String
     private var unexpected: [String] = []
     /// The full run: workloads do more rounds.
     let full: Bool
 
-    init(env: TestEnvironment, name: String, initial: Int, full: Bool) throws {
+    init(env: TestEnvironment, name: String, initial: Int?, full: Bool) throws {
         self.env = env
         self.full = full
         path = env.path(name)
+        directory = String(path[..<path.lastIndex(of: "/")!])
         rng = SplitMix64(seed: name.utf8.reduce(0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 })  // FNV-1a: the same bytes every run
-        model = randomBytes(initial, &rng)
+        model = randomBytes(initial ?? 0, &rng)
         initialModel = model
+        guard initial != nil else {
+            // The workload creates the file: nothing on disk yet.
+            base = []
+            identity = nil
+            return
+        }
         let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_EXCL, services: env.services)
         try f.pwrite(model, at: 0)
         try f.sync()
@@ -262,13 +296,16 @@ final class CrashWorkloadRun {
     func record(_ body: () throws -> Void) throws {
         let recorder = SystemCallRecorder { [self] event in
             switch event {
-            case .write(let file, let offset, let bytes) where file == identity:
+            case .open(let name, _, let file?) where identity == nil && name == BytePath(directory):
+                // The engine creates a file unnamed in its directory (O_TMPFILE), then links it.
+                identity = file
+            case .write(let file, let offset, let bytes) where file != nil && file == identity:
                 events.append(.op(.write(offset: Int(offset), bytes: bytes)))
-            case .truncate(let file, let length) where file == identity:
+            case .truncate(let file, let length) where file != nil && file == identity:
                 events.append(.op(.truncate(Int(length))))
-            case .sync(let file, _) where file == identity:
+            case .sync(let file, _) where file != nil && file == identity:
                 events.append(.sync)
-            case .open(_, let flags, let file) where file == identity && flags & O_TRUNC != 0:
+            case .open(_, let flags, let file) where file != nil && file == identity && flags & O_TRUNC != 0:
                 events.append(.op(.truncate(0)))
             case .write(nil, _, _), .truncate(nil, _), .sync(nil, _):
                 unexpected.append("\(event)")

@@ -88,9 +88,9 @@ func fileSize(_ path: String) -> Int64 {
 
 /// Whether a file `size` bytes long accepts a change after a crash: nil when one byte appended at its
 /// end reads back, else why not.
-func appendedByteProblem(_ path: BytePath, size: Int, services: SecureServices) -> String? {
+func appendedByteProblem(_ path: BytePath, size: Int, services: SecureServices, create: Bool = false) -> String? {
     do {
-        let w = try SecureFile.open(path, flags: O_RDWR, services: services)
+        let w = try SecureFile.open(path, flags: O_RDWR | (create ? O_CREAT : 0), services: services)
         _ = try w.pwrite([0xA5], at: Int64(size))
         try w.close()
         let r = try SecureFile.open(path, flags: O_RDONLY, services: services)
