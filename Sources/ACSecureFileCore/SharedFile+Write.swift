@@ -154,6 +154,15 @@ extension SharedFile {
         return Int(doneEnd - offset)
     }
 
+    /// Seals the trailer a batch of `k` sealed chunks ends with (right after its last chunk of
+    /// `lastLength` bytes), under the batch's nonce after the chunks' (`nonces`: k + 1 of them).
+    private func sealBatchTrailer(_ batch: UnsafeMutableRawPointer, chunks k: Int, lastLength: Int,
+                                  nonces: UnsafeMutableRawPointer, size: Int64) throws(SecureFileError) {
+        let t = batch + (k - 1) * layout.physicalChunkSize + lastLength + layout.chunkOverhead
+        (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
+        try sealTrailer(into: t, size: size, nonceIsSet: true)
+    }
+
     /// Decrypts chunk `index` into `buffer` (zeros beyond its length), from the cache if it is there.
     private func readChunk(_ index: Int64, into buffer: SecureBuffer) throws(SecureFileError) {
         let target = buffer.withUnsafeMutableBytes { $0.baseAddress! }
@@ -219,11 +228,7 @@ extension SharedFile {
                         try sealChunk(c, index: index, plaintext: plaintext, count: length, cipher: cipher)
                         readCacheStore(index, from: plaintext, length: length)
                     }
-                    if touchesEnd {
-                        let t = buf + (k - 1) * physical + lastLength + layout.chunkOverhead
-                        (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
-                        try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
-                    }
+                    if touchesEnd { try sealBatchTrailer(buf, chunks: k, lastLength: lastLength, nonces: nonces, size: newDiskSize) }
                 } catch {
                     readCacheDrop(from: i)
                     throw error
@@ -294,11 +299,7 @@ extension SharedFile {
         } catch {
             throw .crypto(error, "\(path): cannot derive a chunk key")
         }
-        if let newDiskSize {
-            let t = buffer + (k - 1) * physical + lastLength + layout.chunkOverhead
-            (t + layout.selectorSize).copyMemory(from: nonces + k * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
-            try sealTrailer(into: t, size: newDiskSize, nonceIsSet: true)
-        }
+        if let newDiskSize { try sealBatchTrailer(buffer, chunks: k, lastLength: lastLength, nonces: nonces, size: newDiskSize) }
         do throws(CryptoError) {
             (selector, contexts) = try cipher.batchSeals(k, threads: pool.helpers + 1)
         } catch {
