@@ -8,7 +8,7 @@
 #
 #   scripts/crash-states.sh                    every workload
 #   scripts/crash-states.sh append-100-fsync   one workload (ACSECURE_CRASH_WORKLOAD; sqlite-wal,
-#                                              sqlite-truncate, sqlite-persist for SQLiteCrashStateTests)
+#                                              sqlite-truncate, sqlite-persist, sqlite-delete for SQLiteCrashStateTests)
 # Fails when a workload expected clean has a failing state, or a known gap has more than recorded.
 set -euo pipefail
 cd "$(dirname "$0")/.."

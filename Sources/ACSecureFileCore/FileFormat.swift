@@ -106,6 +106,22 @@ public struct FileLayout: Sendable, Equatable {
         out.copyMemory(from: fileID, byteCount: 16)
         out.storeBytes(of: UInt64(bitPattern: index).bigEndian, toByteOffset: 16, as: UInt64.self)
     }
+
+    /// Seals chunk `index` in place at `c`: its selector (when the layout has one, `selectorSize`
+    /// 4), then, after the nonce already at `c + selectorSize`, the ciphertext of `count` bytes of
+    /// `plaintext` and the tag. `aad` is scratch for the chunk's AAD. The one sealing step of the
+    /// writer (`sealChunk`) and of the sealing pool's pieces (`SealJob`).
+    @inline(__always)
+    static func sealChunk(_ c: UnsafeMutableRawPointer, selector: UInt32, selectorSize: Int, context: AESGCMContext,
+                          aad: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, index: Int64,
+                          plaintext: UnsafeRawPointer, count: Int) throws(CryptoError) {
+        writeChunkAAD(aad, fileID: fileID, index: index)
+        if selectorSize > 0 { c.storeBytes(of: selector.bigEndian, as: UInt32.self) }
+        let n = c + selectorSize
+        try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: aad, count: chunkAADSize),
+                         plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
+                         ciphertext: n + nonceSize, tag: n + nonceSize + count)
+    }
     static let chunkAADSize = 24
 
     /// AAD of the trailer: it binds the plaintext length to the file.

@@ -212,15 +212,11 @@ final class SealJob: @unchecked Sendable {
         let ok = withUnsafeMutableBytes(of: &aad) { (aad: UnsafeMutableRawBufferPointer) -> Bool in
             for j in p * b.piece..<min((p + 1) * b.piece, b.chunks) {
                 let c = b.buffer + j * b.physicalChunkSize
-                let n = c + b.selectorSize
-                let count = j == b.chunks - 1 ? b.lastLength : b.chunkSize
-                if b.selectorSize > 0 { c.storeBytes(of: b.selector.bigEndian, as: UInt32.self) }
-                n.copyMemory(from: b.nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
-                FileLayout.writeChunkAAD(aad.baseAddress!, fileID: b.fileID, index: b.firstIndex + Int64(j))
+                (c + b.selectorSize).copyMemory(from: b.nonces + j * FileLayout.nonceSize, byteCount: FileLayout.nonceSize)
                 do throws(CryptoError) {
-                    try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: aad.baseAddress!, count: FileLayout.chunkAADSize),
-                                     plaintext: UnsafeRawBufferPointer(start: sources[j], count: count),
-                                     ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize + count)
+                    try FileLayout.sealChunk(c, selector: b.selector, selectorSize: b.selectorSize, context: context,
+                                             aad: aad.baseAddress!, fileID: b.fileID, index: b.firstIndex + Int64(j),
+                                             plaintext: sources[j], count: j == b.chunks - 1 ? b.lastLength : b.chunkSize)
                 } catch {
                     return false
                 }

@@ -73,14 +73,10 @@ extension SharedFile {
     @inline(__always)
     func sealChunk(_ c: UnsafeMutableRawPointer, index: Int64, plaintext: UnsafeRawPointer, count: Int,
                    cipher: ChunkKeys) throws(SecureFileError) {
-        FileLayout.writeChunkAAD(aad, fileID: fileID, index: index)
-        let n = c + layout.selectorSize
         do {
             let (s, context) = try cipher.nextWrite()
-            if layout.selectorSize > 0 { c.storeBytes(of: s.bigEndian, as: UInt32.self) }
-            try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: aad, count: FileLayout.chunkAADSize),
-                             plaintext: UnsafeRawBufferPointer(start: plaintext, count: count),
-                             ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize + count)
+            try FileLayout.sealChunk(c, selector: s, selectorSize: layout.selectorSize, context: context, aad: aad,
+                                     fileID: fileID, index: index, plaintext: plaintext, count: count)
         } catch {
             throw .crypto(error, "\(path): encryption of chunk \(index) failed")
         }
