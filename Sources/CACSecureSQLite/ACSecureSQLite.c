@@ -2039,6 +2039,12 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
             char *text = sqlite3_mprintf("cannot open %s: %s", why[0] ? why : name, strerror(e));
             if (text != NULL) acsqlLogLong(SQLITE_CANTOPEN, text);
             sqlite3_free(text);
+            if ((type & SQLITE_OPEN_MAIN_DB) && e == EIO && lstat(name, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+                /* Plain SQLite takes a 0-byte file for an empty database; an encrypted one cut to 0
+                 * bytes looks the same, so it is refused, never opened empty. What to do about it. */
+                sqlite3_log(SQLITE_CANTOPEN, "acsecure: %s is empty: no database to open (cut to 0 bytes, or created and never synced "
+                            "before a power loss); delete it to start a new database", name);
+            }
             sqlite3_free(f->path);
             f->path = NULL;
             return (e == EIO && (type & SQLITE_OPEN_MAIN_DB)) ? SQLITE_NOTADB : SQLITE_CANTOPEN;

@@ -190,6 +190,23 @@ final class ACSecureSQLiteTests: XCTestCase {
         XCTAssertEqual(sqlite3_extended_errcode(db), SQLITE_IOERR | (32 << 8), String(cString: sqlite3_errmsg(db)))
     }
 
+    /// A database file of 0 bytes (what a power loss before a new database's first sync can leave,
+    /// or a cut to 0 bytes) is refused as not a database, never opened empty, and left as it is;
+    /// once it is deleted, the same path is a new encrypted database.
+    func testAnEmptyDatabaseFileIsRefusedAndLeftAsItIs() throws {
+        let path = directory + "/empty.db"
+        try writeBytes(path, [])
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "acsecure"), SQLITE_NOTADB)
+        sqlite3_close(db)
+        XCTAssertEqual(readBytes(path), [])
+        XCTAssertEqual(unlink(path), 0)
+        let fresh = try open("empty.db", vfs: "acsecure")
+        XCTAssertEqual(try rows(fresh, "CREATE TABLE t(x); INSERT INTO t VALUES (1); SELECT count(*) FROM t;"), [["1"]])
+        XCTAssertEqual(sqlite3_close(fresh), SQLITE_OK)
+        XCTAssertNotEqual(readBytes(path)?.prefix(16).map { $0 }, Array("SQLite format 3\0".utf8))
+    }
+
     /// Issue 24 (a power loss tears PERSIST's rewrite of its journal): the torn chunks fail
     /// authentication, the VFS reads them as zeros, and SQLite's next transaction writes its
     /// records over them, ending inside one (records are a page + 8 bytes): a partial write of a

@@ -86,6 +86,11 @@
  * a chunk of a journal or a -wal (PERSIST mode rewrites its journal from offset 0, a -wal is
  * rewritten after a restart) is widened by the VFS to the whole chunk, the torn bytes as zeros, as
  * it reads them: the engine takes that as a repair, so the write succeeds as on a plain file.
+ * A database file of 0 bytes is refused (SQLITE_NOTADB), where plain SQLite opens an empty
+ * database: an encrypted database cut to 0 bytes looks the same and must not open empty. The VFS
+ * never leaves one (the engine creates a file with its header before it has a name), but a power
+ * loss before the first sync of a new database can; the log says so, and deleting the file starts
+ * a new database.
  * A journal or -wal of 0 bytes (a power loss after its name persisted, before its first write
  * did: the engine never leaves one otherwise) is no journal to SQLite, as with the unix VFS; the VFS
  * starts it anew (O_TRUNC) when SQLite opens it to write, and logs it.
