@@ -155,13 +155,13 @@ package enum Sys {
         })
     }
 
+    /// The processors this process may run on (its affinity mask; at least 1).
+    package static var processorsAvailable: Int { max(1, Int(CACSecureLinux_processorsAvailable())) }
+
     /// The size of the file behind `fd`: `statx` asking for the size only. An `fstat` asks for the
     /// timestamps too, and on filesystems with multigrain timestamps (ext4, xfs, btrfs and tmpfs on
     /// Linux ≥ 6.13) a file whose timestamps were asked for gets a fine-grained time, so a dirtied
     /// inode, at its next write: about 1.5 µs more for each write that follows one.
-    /// The processors this process may run on (its affinity mask; at least 1).
-    package static var processorsAvailable: Int { max(1, Int(CACSecureLinux_processorsAvailable())) }
-
     package static func fileSize(_ fd: Int32) -> Result<Int64, Errno> {
         retried(.fstat, backend: { $0.fstat(fd).map { Int64($0.st_size) } }, kernel: {
             var size: Int64 = 0
