@@ -33,7 +33,7 @@ let package = Package(
         .target(name: "ACSystemCallsTesting", dependencies: ["ACSystemCalls", "ACCrypto"]),
         // AES-256-GCM and HKDF (OpenSSL), randomness, Argon2id and guarded key memory (libsodium);
         // also the one lock type every module uses (Lock.swift: a pthread mutex, which TSan understands).
-        .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium"]),
+        .target(name: "ACCrypto", dependencies: ["CACSecureLibCrypto", "CACSecureSodium", "CACSecureLinux"]),
         // The store, the seed, lock/unlock/retire, key derivation and process hardening.
         .target(name: "ACSecureServices", dependencies: ["ACSystemCalls", "ACCrypto", "CACSecureLinux"]),
         // prctl for ProcessHardening (Swift cannot call C varargs).

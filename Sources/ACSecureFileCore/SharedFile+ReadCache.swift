@@ -6,8 +6,9 @@ import ACCrypto
 /// The opt-in read cache (`SecureFile.ReadCache`, `ACSECURE_OPEN_READ_CACHE`): decrypted chunks as
 /// they are on disk, so a chunk read again costs a copy instead of a `pread` and a decryption.
 ///
-/// One guarded allocation of slots of one chunk each, allocated at the first miss; 2-way
-/// set-associative by chunk index (the set is `index mod sets`), the way not used last is replaced.
+/// One guarded allocation of slots of one chunk each, allocated at the first miss (its pages as they
+/// are touched: `LargeSecureBuffer`); 2-way set-associative by chunk index (the set is
+/// `index mod sets`), the way not used last is replaced.
 /// Every chunk the engine reads whole from disk or writes (`writeRun`) is stored, so it always holds
 /// what the disk holds; a slot is zero beyond its chunk's length. Truncation drops the chunks it
 /// affects; a new generation, a recovered or resynchronised end, coordinated mode and a services
@@ -18,7 +19,7 @@ import ACCrypto
 /// (`SharedFile.readConcurrently`) look up, copy out and store at the same time.
 final class ChunkReadCache {
     private let mutex = PThreadMutex()
-    let buffer: SecureBuffer
+    let buffer: LargeSecureBuffer
     let base: UnsafeMutableRawPointer
     let shift: Int
     let setMask: Int64
@@ -34,14 +35,13 @@ final class ChunkReadCache {
         var sets = 1
         while (sets * 4) << chunkShift <= bytes { sets *= 2 }
         let slots = sets * 2
-        buffer = try SecureBuffer(count: slots << chunkShift)
-        base = buffer.withUnsafeMutableBytes { $0.baseAddress! }
         // Cached plaintext may exceed what the process can lock (RLIMIT_MEMLOCK, 8 MiB by default):
         // the cache takes at most half of it, so keys and the other buffers stay locked.
         var limit = rlimit()
-        if getrlimit(__rlimit_resource_t(__RLIMIT_MEMLOCK.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max, UInt64(slots << chunkShift) > UInt64(limit.rlim_cur) / 2 {
-            buffer.allowSwapping()
-        }
+        let lock = getrlimit(__rlimit_resource_t(__RLIMIT_MEMLOCK.rawValue), &limit) != 0 || limit.rlim_cur == rlim_t.max
+            || UInt64(slots << chunkShift) <= UInt64(limit.rlim_cur) / 2
+        buffer = try LargeSecureBuffer(count: slots << chunkShift, lock: lock)
+        base = buffer.base
         shift = chunkShift
         setMask = Int64(sets - 1)
         indices = .allocate(capacity: slots)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
@@ -27,3 +28,5 @@ int CACSecureLinux_processorsAvailable(void) {
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
+
+int CACSecureLinux_lockOnFault(void *addr, unsigned long length) { return mlock2(addr, length, MLOCK_ONFAULT); }

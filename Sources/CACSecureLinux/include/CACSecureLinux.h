@@ -1,6 +1,6 @@
 /*
  * CACSecureLinux — Linux calls Swift cannot make directly (C varargs, _GNU_SOURCE-only declarations),
- * for ACSecureServices and ACSystemCalls.
+ * for ACCrypto, ACSecureServices and ACSystemCalls.
  * Thin wrappers: each returns what the system call returns (-1 with errno on failure).
  */
 #ifndef CACSECURELINUX_H
@@ -18,5 +18,8 @@ int CACSecureLinux_fileSize(int fd, long long *size);
 /** CPU_COUNT of sched_getaffinity(0): the processors this process may run on (taskset, a cpuset),
  *  or sysconf(_SC_NPROCESSORS_ONLN) if the mask cannot be read. */
 int CACSecureLinux_processorsAvailable(void);
+
+/** mlock2(addr, length, MLOCK_ONFAULT): pages are locked as they are touched. */
+int CACSecureLinux_lockOnFault(void *addr, unsigned long length);
 
 #endif /* CACSECURELINUX_H */
