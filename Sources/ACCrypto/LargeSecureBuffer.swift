@@ -41,6 +41,8 @@ public final class LargeSecureBuffer {
             throw CryptoError.outOfMemory(count)
         }
         _ = madvise(p, total, MADV_DONTDUMP)  // best effort, as sodium_malloc does
+        // Pages of 4 KiB: a transparent huge page would fault in, and be wiped as, 2 MiB at a time.
+        _ = madvise(p, total, MADV_NOHUGEPAGE)
         // Best effort too: a lock refused (the budget spent) leaves pages that may be swapped.
         if lock { _ = CACSecureLinux_lockOnFault(p + page, UInt(inner)) }
         self.count = count
