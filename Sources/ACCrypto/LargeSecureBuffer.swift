@@ -34,7 +34,7 @@ public final class LargeSecureBuffer {
         let inner = (count + page - 1) / page * page
         let total = inner + 2 * page
         guard !GuardedMemoryPool.shared.simulatingExhaustion,
-              let p = mmap(nil, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), p != MAP_FAILED
+              let p = mmap(nil, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), p != MAP_FAILED
         else { throw CryptoError.outOfMemory(count) }
         guard mprotect(p + page, inner, PROT_READ | PROT_WRITE) == 0 else {
             munmap(p, total)
