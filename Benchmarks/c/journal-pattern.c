@@ -11,6 +11,7 @@
  *            the other region becomes current. A region that fills forces that sync early.
  * Rounds alternate plain and journal; medians of per-round time per write and of fsync time.
  *
+ * build: cc -std=c11 -O2 journal-pattern.c -o journal-pattern (plain files only: no library)
  * usage: journal-pattern DIR [WRITES [ROUNDS [REGION_MIB]]]   (K = 1, 16, 256 and never; regions of
  *        8 MiB by default: with more than WRITES entries, "never" forces no sync) */
 #define _GNU_SOURCE
