@@ -51,15 +51,8 @@ public final class LargeSecureBuffer {
         self.mappedBytes = total
     }
 
-    @inlinable
-    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
-        try body(UnsafeRawBufferPointer(start: base, count: count))
-    }
-
-    @inlinable
-    public func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
-        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
-    }
+    /// The whole buffer; valid while `self` is alive (its owner keeps it so).
+    public var bytes: UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(start: base, count: count) }
 
     deinit {
         wipeResidentPages()

@@ -12,9 +12,10 @@ final class LargeSecureBufferTests: XCTestCase {
     func testZeroFilledAndWritable() throws {
         let b = try LargeSecureBuffer(count: 3 * 4096 + 5, lock: true)
         XCTAssertEqual(b.count, 3 * 4096 + 5)
-        XCTAssertTrue(b.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
-        b.withUnsafeMutableBytes { $0[0] = 1; $0[$0.count - 1] = 2 }
-        XCTAssertEqual(b.withUnsafeBytes { [$0[0], $0[$0.count - 1]] }, [1, 2])
+        XCTAssertTrue(b.bytes.allSatisfy { $0 == 0 })
+        b.bytes[0] = 1
+        b.bytes[b.count - 1] = 2
+        XCTAssertEqual([b.bytes[0], b.bytes[b.count - 1]], [1, 2])
     }
 
     /// The point of the type: a locked 64 MiB buffer of which three pages are used holds about three
@@ -23,17 +24,20 @@ final class LargeSecureBufferTests: XCTestCase {
     func testPagesAreTakenAsTheyAreTouched() throws {
         let rssBefore = try statusKB("VmRSS")
         let b = try LargeSecureBuffer(count: 64 << 20, lock: true)
-        b.withUnsafeMutableBytes { for page in [0, 1000, 16_000] { $0[page * 4096] = 7 } }
+        for page in [0, 1000, 16_000] { b.bytes[page * 4096] = 7 }
         XCTAssertLessThan(try statusKB("VmRSS") - rssBefore, 8 << 10, "at most a few MiB resident, not 64")
         withExtendedLifetime(b) {}
     }
 
     func testReleaseWipesThePagesInMemory() throws {
         let b = try LargeSecureBuffer(count: 1 << 20, lock: false)
-        b.withUnsafeMutableBytes { for i in stride(from: 0, to: $0.count, by: 4096 * 7) { $0[i] = 0xA5; $0[i + 100] = 0x5A } }
-        XCTAssertFalse(b.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
+        for i in stride(from: 0, to: b.count, by: 4096 * 7) {
+            b.bytes[i] = 0xA5
+            b.bytes[i + 100] = 0x5A
+        }
+        XCTAssertFalse(b.bytes.allSatisfy { $0 == 0 })
         b.wipeResidentPages()  // what deinit does before unmapping
-        XCTAssertTrue(b.withUnsafeBytes { $0.allSatisfy { $0 == 0 } }, "no plaintext is left")
+        XCTAssertTrue(b.bytes.allSatisfy { $0 == 0 }, "no plaintext is left")
     }
 
     func testExhaustionThrowsOutOfMemory() throws {

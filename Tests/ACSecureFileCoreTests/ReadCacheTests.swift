@@ -128,10 +128,10 @@ final class ReadCacheTests: XCTestCase {
         let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services, readCache: .bytes(1 << 20))
         XCTAssertEqual(try f.readAll(), data)
         let cache = try XCTUnwrap(f.shared.lock.withLock { f.shared.readCache })
-        XCTAssertFalse(cache.buffer.withUnsafeBytes { $0.allSatisfy { $0 == 0 } }, "the cache holds plaintext")
+        XCTAssertFalse(cache.buffer.bytes.allSatisfy { $0 == 0 }, "the cache holds plaintext")
         env.services.lock()
         f.shared.lock.withLock { XCTAssertNil(f.shared.readCache) }
-        XCTAssertTrue(cache.buffer.withUnsafeBytes { $0.allSatisfy { $0 == 0 } }, "no plaintext is left in it")
+        XCTAssertTrue(cache.buffer.bytes.allSatisfy { $0 == 0 }, "no plaintext is left in it")
         XCTAssertEqual(aceCode { _ = try f.pread(count: 10, at: 0) }, .noKeys)
         try env.services.unlock(passcode: nil)
         XCTAssertEqual(try f.readAll(), data)
