@@ -144,10 +144,6 @@ public final class SecureBuffer {
     /// Overwrites the contents with zeros (the buffer stays allocated).
     public func wipe() { sodium_memzero(base, max(count, 1)) }
 
-    /// Unlocks the pages (`munlock`): the buffer stays between guard pages and out of core dumps
-    /// but may be swapped out. For large caches that would take the `RLIMIT_MEMLOCK` budget keys need.
-    public func allowSwapping() { _ = munlock(base, max(count, 1)) }
-
     /// The contents, frozen into key material (a guarded copy).
     /// - Throws: `CryptoError.outOfMemory` when no guarded memory is left.
     public func secureBytes() throws(CryptoError) -> SecureBytes {
