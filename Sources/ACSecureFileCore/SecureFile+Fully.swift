@@ -43,8 +43,11 @@ extension SecureFile {
     /// buffer (decrypted under this file's key, encrypted under the destination's with fresh nonces:
     /// never a byte copy, two files must never share a data key and nonce sequence).
     public func copyPlaintext(to destination: SecureFile) throws(SecureFileError) {
+        // At most 1 MiB, and no more than the file needs: a guarded buffer is locked and wiped
+        // whole, and one of up to 64 KiB comes from the pool (small files are the common copy).
+        let bytes = Int(min(1 << 20, max(4096, (try size + 4095) / 4096 * 4096)))
         let buffer: SecureBuffer
-        do throws(CryptoError) { buffer = try SecureBuffer(count: 1 << 20) } catch { throw .crypto(error, "\(path): copy buffer") }
+        do throws(CryptoError) { buffer = try SecureBuffer(count: bytes) } catch { throw .crypto(error, "\(path): copy buffer") }
         try buffer.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) in
             var at: Int64 = 0
             while true {

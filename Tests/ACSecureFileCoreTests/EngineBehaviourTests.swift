@@ -29,6 +29,23 @@ final class EngineBehaviourTests: XCTestCase {
         try f.close()
     }
 
+    /// `copyPlaintext` sizes its buffer to the file (up to 1 MiB): every size copies exactly,
+    /// including empty, sizes around the 4 KiB rounding and files larger than the buffer.
+    func testCopyPlaintextCopiesEverySizeExactly() throws {
+        let env = try TestEnvironment()
+        for (i, size) in [0, 1, 4095, 4097, 70_000, (1 << 20) + 1, 2_500_000].enumerated() {
+            let data = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i) }
+            let source = try SecureFile.open(env.path("source-\(i)"), flags: O_RDWR | O_CREAT, services: env.services)
+            try data.withUnsafeBytes { try source.pwriteFully($0, at: 0) }
+            let copy = try SecureFile.open(env.path("copy-\(i)"), flags: O_RDWR | O_CREAT, services: env.services)
+            try source.copyPlaintext(to: copy)
+            XCTAssertEqual(try copy.size, Int64(size), "size \(size)")
+            XCTAssertEqual(try copy.pread(count: size + 1, at: 0), data, "size \(size)")
+            try source.close()
+            try copy.close()
+        }
+    }
+
     func testHandlesOpenedBeforeLockFailCleanlyAndWorkAfterUnlock() throws {
         let env = try TestEnvironment(passcode: "1234")
         let path = env.path("f")
