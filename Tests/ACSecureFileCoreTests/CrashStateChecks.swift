@@ -21,15 +21,19 @@ enum CrashProperty: String, CaseIterable {
 
 /// Opens one crash state with the engine and checks it. Returns the properties it fails, with a
 /// line saying why, and whether a chunk holding only unsynced bytes failed to read (allowed).
+/// `onlyRewrittenChunksLost`: it fails (a) alone, and only through chunks that do not read and that
+/// a call since the last sync wrote (a byte of theirs is not stable) — issue 24 item 4's "least":
+/// a torn overwrite damages the chunk it rewrites, never the end, the length or another chunk.
 /// - Parameter creationNeverSynced: the state is of a file whose creation no sync completed. The
 ///   engine refuses one of 0 bytes or with its header torn (no secure file: a cut one looks the
 ///   same, so it is never taken silently, `ACSecureFileOpen`); that passes (b) when an `O_TRUNC`
 ///   open starts it anew and it takes a change (`startedAnew`), as the C header documents.
 func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], at path: String,
                      services: SecureServices, chunk: Int = 4096,
-                     creationNeverSynced: Bool = false) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool, startedAnew: Bool) {
+                     creationNeverSynced: Bool = false) -> (failed: [CrashProperty: String], unreadableUnsynced: Bool, startedAnew: Bool, onlyRewrittenChunksLost: Bool) {
     var failed: [CrashProperty: String] = [:]
     var unreadableUnsynced = false
+    var otherLoss = false  // a failure of (a) that is not a rewritten chunk's
     unlink(path)
     writeWholeFile(path, bytes)
     let file: SecureFile
@@ -37,23 +41,24 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
         if creationNeverSynced, stable.isEmpty, error.code == .badKeyOrCorruptData {
             do {
                 try SecureFile.open(path, flags: O_RDWR | O_TRUNC, services: services).close()
-                if let problem = appendedByteProblem(BytePath(path), size: 0, services: services) { return ([.usable: "started anew with O_TRUNC, then \(problem)"], false, false) }
-                return ([:], false, true)
+                if let problem = appendedByteProblem(BytePath(path), size: 0, services: services) { return ([.usable: "started anew with O_TRUNC, then \(problem)"], false, false, false) }
+                return ([:], false, true, false)
             } catch {
-                return ([.usable: "refused (\(crashErrorName(error))), and O_TRUNC does not start it anew"], false, false)
+                return ([.usable: "refused (\(crashErrorName(error))), and O_TRUNC does not start it anew"], false, false, false)
             }
         }
         failed[.usable] = "does not open: \(error.message)"
         if !stable.isEmpty { failed[.durable] = "does not open, synced bytes lost" }
-        return (failed, false, false)
+        return (failed, false, false, false)
     }
     let size: Int
     do { size = Int(try file.size) } catch {
         try? file.close()
-        return ([.usable: "no size: \(error.message)"], false, false)
+        return ([.usable: "no size: \(error.message)"], false, false, false)
     }
     if let lost = stable.first(where: { $0.upperBound > size }) {
         failed[.durable] = "opens at \(size) bytes: synced bytes \(max(lost.lowerBound, size))..<\(lost.upperBound) lost"
+        otherLoss = true
     }
     var lo = 0
     while lo < size {
@@ -69,6 +74,7 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
             } else {
                 for r in inside where Array(got[(r.lowerBound - lo)..<(r.upperBound - lo)]) != Array(epoch.durable[r]) {
                     failed[.durable] = failed[.durable] ?? "synced bytes in \(r) read otherwise"
+                    otherLoss = true
                 }
                 if !epoch.models.contains(where: { $0.count >= hi && Array($0[lo..<hi]) == got }) {
                     for x in lo..<hi where !epoch.models.contains(where: { $0.count > x && $0[x] == got[x - lo] }) {
@@ -80,6 +86,8 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
         } catch {
             if !inside.isEmpty {
                 failed[.durable] = failed[.durable] ?? "chunk \(lo / chunk) holding synced bytes \(inside) does not read: \(crashErrorName(error))"
+                // Every byte of it stable: no call since the sync wrote it, yet it is lost.
+                if inside.reduce(0, { $0 + $1.count }) == hi - lo { otherLoss = true }
             } else {
                 unreadableUnsynced = true
             }
@@ -89,7 +97,7 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
     try? file.close()
     // (b): one byte appended after the crash reads back.
     if let problem = appendedByteProblem(BytePath(path), size: size, services: services) { failed[.usable] = problem }
-    return (failed, unreadableUnsynced, false)
+    return (failed, unreadableUnsynced, false, Set(failed.keys) == [.durable] && !otherLoss)
 }
 
 private func crashErrorName(_ error: any Error) -> String {
