@@ -1,5 +1,6 @@
 /* Per-call cost of small calls through the C API against plain POSIX calls, interleaved rounds,
  * medians (docs/BENCHMARKS.md "Per-call costs"): 100 B and 512 B O_APPEND writes to a new file,
+ * O_APPEND writevs of a 16-byte header and a 100-byte record (a log's shape),
  * 4 KiB pread and in-place pwrite at random chunk-aligned offsets of a 16 MiB file, the last two
  * also in coordinated mode (ACSECURE_OPEN_SHARED). To compare two builds of the library, run it
  * alternately with LD_LIBRARY_PATH pointing at each and take the medians of the ratios.
@@ -7,6 +8,7 @@
  * environment: ACSECURE_HOME, ACSECURE_APP_ID as for Examples/c) */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +16,9 @@
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
 
-enum { PLAIN, ENGINE, COORDINATED, CONTENDERS, WORKLOADS = 4, MAX_ROUNDS = 64, FILE_CHUNKS = 4096 };
+enum { PLAIN, ENGINE, COORDINATED, CONTENDERS, WORKLOADS = 5, MAX_ROUNDS = 64, FILE_CHUNKS = 4096 };
 static const char *contenderNames[CONTENDERS] = { "plain", "engine", "engine-mp" };
-static const char *workloadNames[WORKLOADS] = { "append 100 B", "append 512 B", "pread 4 KiB", "pwrite 4 KiB" };
+static const char *workloadNames[WORKLOADS] = { "append 100 B", "append 512 B", "pread 4 KiB", "pwrite 4 KiB", "writev 16+100" };
 static char buffer[65536];
 static const char *dir;
 
@@ -43,6 +45,21 @@ static double appends(int c, size_t size, long calls) {
     for (long i = 0; i < calls; i++) {
         ssize_t n = c == PLAIN ? write(fd, buffer, size) : ACSecureFileWrite(fd, buffer, size);
         if (n != (ssize_t)size) fail("write");
+    }
+    double t = now() - t0;
+    closeAs(c, fd);
+    return t / calls * 1e6;
+}
+
+/* µs per O_APPEND writev of a 16-byte header and a 100-byte record to a new file. */
+static double headerAndRecord(int c, long calls) {
+    int fd = openAs(c, "writev", O_RDWR | O_CREAT | O_TRUNC | O_APPEND);
+    if (fd < 0) fail("open");
+    struct iovec iov[2] = {{buffer, 16}, {buffer + 16, 100}};
+    double t0 = now();
+    for (long i = 0; i < calls; i++) {
+        ssize_t n = c == PLAIN ? writev(fd, iov, 2) : ACSecureFileWritev(fd, iov, 2);
+        if (n != 116) fail("writev");
     }
     double t = now() - t0;
     closeAs(c, fd);
@@ -92,13 +109,14 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
         for (int w = 0; w < WORKLOADS; w++)
             for (int c = 0; c < CONTENDERS; c++) {
-                if (c == COORDINATED && w < 2) continue;
-                us[w][c][r] = w == 0 ? appends(c, 100, calls) : w == 1 ? appends(c, 512, calls) : randomIO(c, w == 3, calls);
+                if (c == COORDINATED && (w < 2 || w == 4)) continue;
+                us[w][c][r] = w == 0 ? appends(c, 100, calls) : w == 1 ? appends(c, 512, calls)
+                            : w == 4 ? headerAndRecord(c, calls) : randomIO(c, w == 3, calls);
             }
     for (int w = 0; w < WORKLOADS; w++) {
         printf("%-14s", workloadNames[w]);
         for (int c = 0; c < CONTENDERS; c++) {
-            if (c == COORDINATED && w < 2) continue;
+            if (c == COORDINATED && (w < 2 || w == 4)) continue;
             double ratio[MAX_ROUNDS];
             for (int r = 0; r < rounds; r++) ratio[r] = us[w][PLAIN][r] / us[w][c][r];
             qsort(us[w][c], (size_t)rounds, sizeof(double), byValue);

@@ -189,15 +189,49 @@ public final class SecureFile: @unchecked Sendable {
         try writev(buffers: vectors.lazy.map { UnsafeRawBufferPointer(start: $0.iov_base, count: $0.iov_len) })
     }
 
-    private func writev<Buffers: Sequence<UnsafeRawBufferPointer>>(buffers: Buffers) throws(SecureFileError) -> Int {
+    /// Buffers smaller than this are gathered (`writev`); larger ones are written as they are.
+    static let writevGatherLimit = 64 << 10
+
+    private func writev<Buffers: Collection<UnsafeRawBufferPointer>>(buffers: Buffers) throws(SecureFileError) -> Int {
         try locked(.write) { (s: SharedFile) throws(SecureFileError) -> Int in
             if appendMode && buffers.contains(where: { $0.count > 0 }) { offset = s.size }
-            var total = 0
+            // Each write seals every chunk it touches, so small buffers written one by one sealed
+            // their chunk once each (4 × 1 KiB into one chunk: 8.6 µs, one 4 KiB write 2.2 µs).
+            // They are gathered into a guarded staging buffer (pooled up to 64 KiB) and written
+            // together; a buffer of 64 KiB or more goes as it is, between the gathered runs.
+            let small = buffers.lazy.filter { $0.count > 0 && $0.count < Self.writevGatherLimit }
+            let gathering = small.dropFirst().first != nil  // at least two
+            var staging: SecureBuffer?
+            if gathering {
+                let wanted = min(Self.writevGatherLimit, small.reduce(0) { $0 + $1.count })
+                do throws(CryptoError) { staging = try SecureBuffer(count: (wanted + 4095) / 4096 * 4096) } catch {
+                    throw .crypto(error, "\(path): writev staging buffer")
+                }
+            }
+            var total = 0, staged = 0
+            /// Writes the staged bytes; false when the write was short (a size limit).
+            func writeStaged() throws(SecureFileError) -> Bool {
+                guard staged > 0, let staging else { return true }
+                let n = try staging.withUnsafeMutableBytes { (b: UnsafeMutableRawBufferPointer) throws(SecureFileError) -> Int in
+                    try writeChecked(s, UnsafeRawBufferPointer(rebasing: b[0..<staged]), at: offset + Int64(total))
+                }
+                total += n
+                defer { staged = 0 }
+                return n == staged
+            }
             for b in buffers where b.count > 0 {
+                if let staging, b.count < Self.writevGatherLimit {
+                    if staged + b.count > staging.count, !(try writeStaged()) { break }
+                    staging.withUnsafeMutableBytes { $0.baseAddress!.advanced(by: staged).copyMemory(from: b.baseAddress!, byteCount: b.count) }
+                    staged += b.count
+                    continue
+                }
+                guard try writeStaged() else { break }
                 let n = try writeChecked(s, b, at: offset + Int64(total))
                 total += n
                 if n < b.count { break }
             }
+            _ = try writeStaged()
             offset += Int64(total)
             return total
         }

@@ -46,6 +46,56 @@ final class EngineBehaviourTests: XCTestCase {
         }
     }
 
+    /// `writev` gathers buffers under 64 KiB into one write and writes larger ones as they are,
+    /// in order: the same bytes and results as `writev(2)` on a plain file, for mixes around the
+    /// limit (a staging buffer that fills and is written mid-call), at an offset and with O_APPEND.
+    func testWritevGathersSmallBuffersInOrderAsPlainWritev() throws {
+        let env = try TestEnvironment()
+        let layouts: [[Int]] = [
+            [100, 70_000, 3, 65_535, 65_536, 40_000, 30_000, 1],
+            [1, 2, 3, 4096, 0, 5000],
+            [60_000, 60_000, 60_000],
+            [0, 200_000, 10],
+            [7],
+        ]
+        for (i, sizes) in layouts.enumerated() {
+            for append in [false, true] {
+                let datas = sizes.enumerated().map { k, n in (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ k &+ i) } }
+                let flags = O_RDWR | O_CREAT | (append ? O_APPEND : 0)
+                let plainPath = env.path("plain-\(i)-\(append)"), securePath = env.path("secure-\(i)-\(append)")
+                let plain = open(plainPath, flags, 0o600)
+                XCTAssertGreaterThanOrEqual(plain, 0)
+                let secure = try SecureFile.open(securePath, flags: flags, services: env.services)
+                let start = [UInt8](repeating: 0xEE, count: 5000)
+                XCTAssertEqual(start.withUnsafeBytes { Glibc.write(plain, $0.baseAddress, $0.count) }, 5000)
+                _ = try secure.write(start)
+                XCTAssertEqual(lseek(plain, 1234, SEEK_SET), 1234)
+                XCTAssertEqual(try secure.seek(1234, whence: SEEK_SET), 1234)
+                var iov = datas.map { d in iovec(iov_base: UnsafeMutableRawPointer(mutating: d.withUnsafeBytes { $0.baseAddress }), iov_len: d.count) }
+                let expected = withExtendedLifetime(datas) { Glibc.writev(plain, &iov, Int32(iov.count)) }
+                let got = try withExtendedLifetime(datas) { try secure.writev(datas.map { d in d.withUnsafeBytes { $0 } }) }
+                XCTAssertEqual(got, expected, "\(sizes) append \(append)")
+                XCTAssertEqual(try secure.seek(0, whence: SEEK_CUR), Int64(lseek(plain, 0, SEEK_CUR)), "offset after \(sizes)")
+                close(plain)
+                try secure.close()
+                let reopened = try SecureFile.open(securePath, flags: O_RDONLY, services: env.services)
+                let back = try reopened.pread(count: 1 << 20, at: 0), want = readWholeFile(plainPath)
+                let differs = back.indices.first { $0 >= want.count || back[$0] != want[$0] } ?? (back.count == want.count ? nil : back.count)
+                XCTAssertNil(differs, "\(sizes) append \(append): the bytes differ from plain writev's from \(differs ?? 0) (\(back.count) against \(want.count) bytes)")
+                try reopened.close()
+            }
+        }
+        // No guarded memory to gather in: ENOMEM (ACE_LOW_MEMORY_ERROR), nothing written.
+        let f = try SecureFile.open(env.path("no-memory"), flags: O_RDWR | O_CREAT, services: env.services)
+        SecureFileTesting.simulateGuardedMemoryExhaustion(true)
+        defer { SecureFileTesting.simulateGuardedMemoryExhaustion(false) }
+        let two = [UInt8](repeating: 1, count: 10)
+        XCTAssertEqual(aceCode { _ = try two.withUnsafeBytes { try f.writev([$0, $0]) } }, .lowMemory)
+        SecureFileTesting.simulateGuardedMemoryExhaustion(false)
+        XCTAssertEqual(try f.size, 0)
+        try f.close()
+    }
+
     func testHandlesOpenedBeforeLockFailCleanlyAndWorkAfterUnlock() throws {
         let env = try TestEnvironment(passcode: "1234")
         let path = env.path("f")

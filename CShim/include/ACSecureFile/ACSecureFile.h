@@ -264,9 +264,12 @@ ssize_t ACSecureFileReadv(int fd, const struct iovec *iov, int iovcnt);
 
 /**
  * Writes iovcnt buffers in order, as one write. The corresponding POSIX function is `writev`.
+ * Buffers under 64 KiB are gathered in guarded memory and written together: a header and a
+ * record cost one write of the chunk they share, not one each.
  *
  * Returns as ACSecureFileWrite, plus errno EINVAL when iovcnt < 0 or iovcnt > IOV_MAX, or when
- * the lengths add up to more than SSIZE_MAX (ACE_INVALID_ARG).
+ * the lengths add up to more than SSIZE_MAX (ACE_INVALID_ARG), and ENOMEM when no guarded memory
+ * is left to gather them in (ACE_LOW_MEMORY_ERROR).
  */
 ssize_t ACSecureFileWritev(int fd, const struct iovec *iov, int iovcnt);
 
