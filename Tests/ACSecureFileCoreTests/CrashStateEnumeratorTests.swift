@@ -173,19 +173,17 @@ final class CrashStateEnumeratorTests: XCTestCase {
                 if verdict.startedAnew { counts.startedAnew += 1 }
                 guard !verdict.failed.isEmpty else { return }
                 counts.failing += 1
+                // Why it fails, for the examples: each property and its reason.
+                let why = verdict.failed.sorted { $0.key.rawValue < $1.key.rawValue }
+                    .map { "(\($0.key.rawValue)) " + $0.value.replacingAll(statePath, with: "<state>") }.joined(separator: "; ")
                 if !verdict.onlyRewrittenChunksLost {
                     counts.beyondRewrittenChunks += 1
-                    if counts.beyondExamples.count < 3 {
-                        let why = verdict.failed.sorted { $0.key.rawValue < $1.key.rawValue }.map { "(\($0.key.rawValue)) " + $0.value.replacingAll(statePath, with: "<state>") }
-                        counts.beyondExamples.append("\(kind): epoch \(epoch.index), \(label): \(why.joined(separator: "; "))")
-                    }
+                    if counts.beyondExamples.count < 3 { counts.beyondExamples.append("\(kind): epoch \(epoch.index), \(label): \(why)") }
                 }
                 counts.byKind[kind, default: 0] += 1
                 for p in verdict.failed.keys { counts.byProperty[p, default: 0] += 1 }
                 if counts.examples.filter({ $0.hasPrefix(kind) }).count < 2 {
-                    let why = verdict.failed.sorted { $0.key.rawValue < $1.key.rawValue }
-                        .map { "(\($0.key.rawValue)) " + $0.value.replacingAll(statePath, with: "<state>") }
-                    counts.examples.append("\(kind): epoch \(epoch.index) [\(epoch.ops.map(\.description).joined(separator: "; "))], \(label): \(why.joined(separator: "; "))")
+                    counts.examples.append("\(kind): epoch \(epoch.index) [\(epoch.ops.map(\.description).joined(separator: "; "))], \(label): \(why)")
                 }
             }
         }
