@@ -216,8 +216,9 @@ public final class SecureFile: @unchecked Sendable {
                     try writeChecked(s, UnsafeRawBufferPointer(rebasing: b[0..<staged]), at: offset + Int64(total))
                 }
                 total += n
-                defer { staged = 0 }
-                return n == staged
+                let whole = n == staged
+                staged = 0
+                return whole
             }
             for b in buffers where b.count > 0 {
                 if let staging, b.count < Self.writevGatherLimit {
