@@ -42,7 +42,8 @@ func runMode(store: String, _ body: (SecureServices) throws -> Void) -> Never {
 // system call number <killAt>, or with that call torn: a pwrite is cut after <tearSectors> whole
 // 512-byte sectors of the file, then the process is killed.
 //     ACSecureCrashChild shape <store> <file> <shape> <killAt> <tearSectors>
-// Prints "K <call>" when it kills, "WHOLE" when the tear would cover the whole write (no tear),
+// Prints "K <call>" when it kills, "T <offset> <count>" for the pwrite it tears, "WHOLE" when the
+// tear would cover the whole write (no tear),
 // "C <calls>" when the operation completed; then leaves with _exit(0), without close.
 if args.count == 7, args[1] == "shape" {
     runShape(store: args[2], path: args[3], shape: args[4], killAt: Int(args[5]) ?? -1, tearSectors: Int(args[6]) ?? 0)
@@ -265,6 +266,7 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
                     let tearEnd = (offset / 512 + Int64(tearSectors)) * 512
                     if tearEnd - offset >= Int64(count) { emit("WHOLE"); counter.killNext = true; return nil }
                     counter.killNext = true
+                    emit("T \(offset) \(count)")  // the torn write: which one it was decides what may be lost
                     return .short(Int(tearEnd - offset))
                 }
                 emit("K \(call.rawValue)")

@@ -414,6 +414,73 @@ final class EngineBehaviourTests: XCTestCase {
         }
         try f.close()
     }
+
+    /// An append inside the last chunk of a version 4 file writes the chunk and its new trailer in
+    /// one `pwrite`, except where the part before the old end lies in one page and the rest does
+    /// not: there, and only there, it writes beyond the old end first, then that part (the order
+    /// that keeps the old end whole at every kill: a kill stops a write only between pages). A
+    /// version 3 file (no tail copies) always splits. Checked from the system calls themselves.
+    func testAnAppendIsSplitInTwoWritesOnlyWhereTheSplitKeepsMoreFromAKill() throws {
+        let env = try TestEnvironment()
+        let v3 = env.path("v3")
+        writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
+        let files: [(name: String, file: SecureFile)] = [
+            ("version 4", try SecureFile.open(env.path("v4"), flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: env.services)),
+            ("version 3", try SecureFile.open(v3, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))),
+        ]
+        final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
+        let writes = Writes()
+        func onePage(_ offset: Int64, _ count: Int) -> Bool { offset / 4096 == (offset + Int64(count) - 1) / 4096 }
+        for (name, f) in files {
+            var single = 0, split = 0
+            for k in 0..<120 {
+                let before = try f.size
+                let oldEnd = lstatSize(f)
+                writes.list = []
+                SecureFileTesting.transferFaultInjector = { call, count, offset in
+                    if call == .pwrite { writes.list.append((offset, count)) }
+                    return nil
+                }
+                _ = try f.write([UInt8](repeating: UInt8(k), count: 100))
+                SecureFileTesting.transferFaultInjector = nil
+                // An append past a chunk's end is two runs: not this test's shape.
+                if before / 4096 != (before + 99) / 4096 || before % 4096 == 0 { continue }
+                let w = writes.list
+                if w.count == 1 {
+                    XCTAssertTrue(w[0].offset < oldEnd && w[0].offset + Int64(w[0].count) > oldEnd, "\(name), append \(k): \(w)")
+                    let inPlace = Int(oldEnd - w[0].offset)
+                    XCTAssertFalse(onePage(w[0].offset, inPlace) && !onePage(w[0].offset, w[0].count),
+                                   "\(name), append \(k): one write where a kill could cut it after its part before the old end: \(w), old end \(oldEnd)")
+                    XCTAssertNotEqual(name, "version 3", "append \(k): a version 3 file has no tail copy to fall back on")
+                    single += 1
+                } else if w.count == 2 {
+                    XCTAssertEqual(w[0].offset, oldEnd, "\(name), append \(k): beyond the old end first: \(w)")
+                    XCTAssertEqual(w[1].offset + Int64(w[1].count), oldEnd, "\(name), append \(k): then the part before it: \(w)")
+                    if name == "version 4" {
+                        XCTAssertTrue(onePage(w[1].offset, w[1].count) && !onePage(w[1].offset, w[1].count + w[0].count),
+                                      "\(name), append \(k): two writes where one keeps as much: \(w), old end \(oldEnd)")
+                    }
+                    split += 1
+                } else {
+                    XCTFail("\(name), append \(k): \(w.count) writes: \(w)")
+                }
+            }
+            if name == "version 4" {
+                XCTAssertGreaterThan(single, 20 * split, "one write for most appends (\(single) single, \(split) split)")
+                XCTAssertGreaterThan(split, 0, "the split where it keeps more")
+            } else {
+                XCTAssertGreaterThan(split, 100)
+            }
+            try f.close()
+        }
+        XCTAssertEqual(try SecureFile.open(env.path("v4"), flags: O_RDONLY, services: env.services).readAll(),
+                       (0..<120).flatMap { [UInt8](repeating: UInt8($0), count: 100) })
+    }
+
+    private func lstatSize(_ f: SecureFile) -> Int64 {
+        if case .success(let st) = Sys.lstat(f.path) { return Int64(st.st_size) }
+        return -1
+    }
 }
 
 /// Runs `body` on `iterations` threads at once (pthreads, no Foundation).
