@@ -18,7 +18,7 @@
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c,
-#       parallel-read.c, journal-pattern.c and per-call.c (one short round each, likewise).
+#       parallel-read.c, journal-pattern.c, per-call.c and kill-tear.c (one short round each, likewise).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   ACSECURE_TEST_C_PREFIX install there instead of into the temp dir (scripts/test.sh: the SQLite and
 #   CPython suites then use this install instead of making their own),
@@ -61,6 +61,7 @@ build sync-cost "$root/Benchmarks/c/sync-cost.c"
 build parallel-read "$root/Benchmarks/c/parallel-read.c"
 build journal-pattern "$root/Benchmarks/c/journal-pattern.c"
 build per-call "$root/Benchmarks/c/per-call.c"
+build kill-tear "$root/Benchmarks/c/kill-tear.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -143,6 +144,7 @@ mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 |
 "$work/parallel-read" "$work/open-cost-files" 1 200 1 2 >/dev/null || status=1
 "$work/journal-pattern" "$work/open-cost-files" 32 1 1 >/dev/null || status=1
 "$work/per-call" "$work/open-cost-files" 1 50 >/dev/null || status=1
+"$work/kill-tear" "$work/open-cost-files" 3 >/dev/null 2>&1 || status=1
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).

@@ -235,7 +235,7 @@ extension SharedFile {
                 }
                 do {
                     try prepareBatchWrite(split: split, lastIndex: lastIndex)
-                    if split > 0 && !(layout.hasTailCopies && k == 1 && Self.oneWriteIsAsSafe(start: start, bytes: bytes, split: split)) {
+                    if split > 0 && !(layout.hasTailCopies && k == 1 && Self.withinOnePage(start, Int64(bytes))) {
                         try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write")
                         try checkIO(Sys.pwriteFull(ioFD, buf, split, start), "write")
                     } else {
@@ -274,25 +274,18 @@ extension SharedFile {
         }
     }
 
-    /// Whether a chunk rewritten over the old end (`bytes` at `start`, the first `split` of them
-    /// before the old end) can go in one `pwrite` instead of two, in a version 4 file, with nothing
-    /// a crash could lose that the two would keep. A kill stops a write only between two pages
-    /// (Linux checks for a fatal signal before each page it copies), so:
-    /// - all of it in one page: one write is never cut by a kill;
-    /// - the part before the old end already spans two pages: the second of the two writes could
-    ///   be cut between them, losing the chunk, exactly as the one write could; one call fewer.
-    /// Only when the part before the old end lies in one page and the rest does not do the two
-    /// writes (beyond the old end, then that page) keep the old end whole at every kill. A power
-    /// loss tears a page as it is written back, whichever calls wrote it: the last sync's tail copy
-    /// restores that sync's end in either case (docs/FORMAT.md "Write order").
-    static func oneWriteIsAsSafe(start: Int64, bytes: Int, split: Int) -> Bool {
-        withinOnePage(start, bytes) || !withinOnePage(start, split)
-    }
-
-    /// Whether `count` bytes at `offset` lie in one page of the file (of the system's page size:
-    /// what the kernel copies between its checks for a fatal signal is never less).
-    static func withinOnePage(_ offset: Int64, _ count: Int) -> Bool {
-        offset / pageBytes == (offset + Int64(count) - 1) / pageBytes
+    /// Whether `count` bytes at `offset` lie in one page of the file (of the system's page size;
+    /// the kernel never copies less between two of its checks for a fatal signal).
+    ///
+    /// A run of one chunk that moves the end of a version 4 file is written in one `pwrite`
+    /// instead of two (beyond the old end, then before it) when it lies in one page: a kill stops
+    /// a write only between pages, so it leaves the run whole or absent, as the two would leave
+    /// the new end or the old. A power loss tears pages as they are written back, whichever calls
+    /// wrote them; the last sync's tail copy restores that sync's end either way. (Where the run
+    /// spans pages, one `pwrite` torn between them by a kill would lose the chunk; measured, one
+    /// call there doubled the rate of such losses: docs/FORMAT.md "One `pwrite` in one page".)
+    static func withinOnePage(_ offset: Int64, _ count: Int64) -> Bool {
+        offset / pageBytes == (offset + count - 1) / pageBytes
     }
     private static let pageBytes = Int64(max(4096, sysconf(Int32(_SC_PAGESIZE))))
 

@@ -96,12 +96,11 @@ final class MultiProcessStaleEndTests: XCTestCase {
 
     func testAWriterHeldBetweenItsWritesLosesNothingToAProcessThatTurnsCoordinated() throws {
         let env = try TestEnvironment()
-        // 40 records end at 4000: A's record crosses the chunk boundary, in two runs (one `pwrite`
-        // each: SharedFile.oneWriteIsAsSafe): held between them.
-        // 36 records end at 3600: A's record stays in chunk 0 (at 8576, page offset 384), whose part
-        // before the old end (3,664 bytes with the trailer) lies in one page and the rest does not,
-        // so the change is split in two `pwrite`s: held between them.
-        for (records, hold) in [(40, 2), (36, 2)] {
+        // 40 records end at 4000: A's record crosses the chunk boundary, in two runs: the first
+        // spans two pages (pwrites 1-2), the second lies in one (pwrite 3: SharedFile.withinOnePage).
+        // 36 records end at 3600: A's record stays in chunk 0 (at 8576, page offset 384), and its
+        // change spans two pages (pwrites 1-2).
+        for (records, hold) in [(40, 2), (40, 3), (36, 2)] {
             for b in BWrites.allCases {
                 for round in 0..<3 {
                     try run(records: records, hold: hold, b: b, env, label: "\(records) records, A held before pwrite \(hold), B \(b), round \(round)")

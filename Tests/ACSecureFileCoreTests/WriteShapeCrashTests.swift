@@ -83,8 +83,8 @@ final class WriteShapeCrashTests: XCTestCase {
     /// end are reported, and it accepts a change. Otherwise (a torn `pwrite`, as a power loss may
     /// leave) a chunk may fail if the call changed any byte of it (docs/FORMAT.md "What a crash can cost").
     /// `tornAcrossOldEnd`: the torn `pwrite` rewrote the last chunk and wrote the new trailer in one
-    /// call (a version 4 file does where two calls would keep nothing more from a kill:
-    /// `SharedFile.oneWriteIsAsSafe`). A power loss tears that chunk's pages as they are written
+    /// call (a version 4 file does when they lie in one page, which a kill never cuts:
+    /// `SharedFile.withinOnePage`). A power loss tears that chunk's pages as they are written
     /// back whichever calls wrote them, so the file may also be back at its last sync, visibly: the
     /// empty file its creation synced.
     func verify(_ path: BytePath, _ s: Shape, services: SecureServices, strict: Bool, tornAcrossOldEnd: Bool = false,

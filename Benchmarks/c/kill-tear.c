@@ -1,0 +1,96 @@
+/* How often a SIGKILL at a random moment leaves a chunk that does not read (docs/BENCHMARKS.md
+ * "Appends in one pwrite in one page"). A child process appends SIZE-byte records to a new file
+ * through the C API (mode "append"), or overwrites 100-byte spans at random places of a 64 KiB file
+ * (mode "overwrite"), as fast as it can; the parent kills it with SIGKILL after a random 1–21 ms,
+ * then opens the file and reads it whole. A trial counts when the open or a read fails. The
+ * promise is 0: "a crash mid-call loses at most that call's bytes and never leaves an unreadable
+ * chunk behind". A chunk rewritten in place spans two pages, and Linux stops a write between two
+ * pages when SIGKILL is pending, so today some trials fail (FORMAT.md "What a crash can cost").
+ * usage: kill-tear DIR [TRIALS [SIZE [append|overwrite]]]  (defaults 400, 100, append;
+ *        cc -O2 kill-tear.c $(pkg-config --cflags --libs acsecurefile);
+ *        environment: ACSECURE_HOME, ACSECURE_APP_ID as for Examples/c)
+ * Prints: "<mode> <size> B: <trials> kills, <n> left a chunk that does not read (<percent> %)". */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <ACSecureFile/ACSecureFile.h>
+
+enum { OVERWRITTEN_FILE = 65536 };
+static char buffer[OVERWRITTEN_FILE];
+
+static void fail(const char *what) { perror(what); exit(1); }
+
+/* The child: writes until killed. Never returns. */
+static void writeUntilKilled(const char *path, int overwrite, int size, int ready, unsigned seed) {
+    int fd = ACSecureFileOpen(path, overwrite ? O_RDWR : (O_WRONLY | O_APPEND), 0600);
+    if (fd < 0) _exit(2);
+    char record[4096];
+    memset(record, 'a' + seed % 26, sizeof record);
+    if (write(ready, "r", 1) != 1) _exit(2);
+    srand(seed);
+    for (;;) {
+        ssize_t n = overwrite ? ACSecureFilePwrite(fd, record, 100, (off_t)(rand() % (OVERWRITTEN_FILE / 100 - 1)) * 100)
+                              : ACSecureFileWrite(fd, record, size);
+        if (n != (overwrite ? 100 : size)) _exit(3);
+    }
+}
+
+/* 1 when the file does not open or some read fails. */
+static int leftUnreadable(const char *path, int trial) {
+    int fd = ACSecureFileOpen(path, O_RDONLY, 0);
+    if (fd < 0) { fprintf(stderr, "trial %d: open failed (errno %d)\n", trial, errno); return 1; }
+    off_t at = 0;
+    ssize_t n;
+    while ((n = ACSecureFilePread(fd, buffer, sizeof buffer, at)) > 0) at += n;
+    int bad = n < 0;
+    if (bad) fprintf(stderr, "trial %d: a read at or after %lld failed (errno %d, ACE %d)\n", trial, (long long)at, errno, ACSecureFileLastError(fd));
+    if (ACSecureFileClose(fd) != 0) fail("close");
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: kill-tear DIR [TRIALS [SIZE [append|overwrite]]]\n"); return 2; }
+    int trials = argc > 2 ? atoi(argv[2]) : 400, size = argc > 3 ? atoi(argv[3]) : 100;
+    int overwrite = argc > 4 && strcmp(argv[4], "overwrite") == 0;
+    if (trials < 1 || size < 1 || size > 4096) { fprintf(stderr, "kill-tear: TRIALS >= 1, SIZE 1..4096\n"); return 2; }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kill-tear.%d", argv[1], (int)getpid());
+    srand((unsigned)getpid());
+    int bad = 0;
+    for (int t = 0; t < trials; t++) {
+        int fd = ACSecureFileOpen(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) fail("create");
+        if (overwrite) {
+            memset(buffer, 1, sizeof buffer);
+            if (ACSecureFileWrite(fd, buffer, sizeof buffer) != (ssize_t)sizeof buffer) fail("write");
+        }
+        if (ACSecureFileClose(fd) != 0) fail("close");
+        int ready[2];
+        if (pipe(ready) != 0) fail("pipe");
+        pid_t child = fork();
+        if (child < 0) fail("fork");
+        if (child == 0) { close(ready[0]); writeUntilKilled(path, overwrite, size, ready[1], (unsigned)t); }
+        close(ready[1]);
+        char c;
+        if (read(ready[0], &c, 1) != 1) { fprintf(stderr, "kill-tear: the child did not start\n"); return 1; }
+        close(ready[0]);
+        struct timespec pause = { 0, (rand() % 20000 + 1000) * 1000L };
+        nanosleep(&pause, NULL);
+        kill(child, SIGKILL);
+        int status;
+        if (waitpid(child, &status, 0) != child) fail("waitpid");
+        if (!WIFSIGNALED(status)) { fprintf(stderr, "kill-tear: the child stopped before the kill (status %d)\n", status); return 1; }
+        bad += leftUnreadable(path, t);
+    }
+    unlink(path);
+    printf("%s %d B: %d kills, %d left a chunk that does not read (%.1f %%)\n", overwrite ? "overwrite" : "append",
+           overwrite ? 100 : size, trials, bad, 100.0 * bad / trials);
+    return 0;
+}
