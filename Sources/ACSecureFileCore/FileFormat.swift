@@ -445,33 +445,45 @@ public struct TailCopyDescriptor: Sendable, Equatable {
     static let sealOffset = 20
     static let aadSize = 9 + 16 + 8 + 8 + 1 + 16 + 16
 
+    /// What wrote the copy: a sync (also a cut and a creation), or an in-place rewrite of the last
+    /// chunk that a kill could tear, just before it (docs/FORMAT.md "Tail copies").
+    public enum Kind: UInt8, Sendable {
+        /// The end a sync makes durable: never written over until the next sync completes.
+        case sync = 1
+        /// Written just before an in-place rewrite of the last chunk that a kill could tear: the
+        /// end that rewrite makes (or, when it makes none a copy can hold, the end before it). Not
+        /// synced; written over by the next copy of either kind.
+        case rewrite = 2
+    }
+
     public var sequence: UInt64
     public var size: Int64
+    public var kind: Kind = .sync
 
     /// Parses untrusted bytes: nil for an empty slot or anything no writer leaves (a copy is a hint,
     /// never an error: a torn slot leaves such bytes).
     static func parse(_ d: UnsafeRawBufferPointer) -> TailCopyDescriptor? {
         precondition(d.count >= size)
-        guard d[0] == 1, d[1..<4].allSatisfy({ $0 == 0 }), d[52..<64].allSatisfy({ $0 == 0 }) else { return nil }
+        guard let kind = Kind(rawValue: d[0]), d[1..<4].allSatisfy({ $0 == 0 }), d[52..<64].allSatisfy({ $0 == 0 }) else { return nil }
         let sequence = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 4, as: UInt64.self))
         let size = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 12, as: UInt64.self))
         guard size <= UInt64(SecureFile.maximumFileSize) else { return nil }
-        return TailCopyDescriptor(sequence: sequence, size: Int64(size))
+        return TailCopyDescriptor(sequence: sequence, size: Int64(size), kind: kind)
     }
 
     /// Writes kind, sequence and size, and zeros where the seal and the reserved bytes go.
     func write(into d: UnsafeMutableRawPointer) {
         d.initializeMemory(as: UInt8.self, repeating: 0, count: Self.size)
-        d.storeBytes(of: 1, as: UInt8.self)
+        d.storeBytes(of: kind.rawValue, as: UInt8.self)
         d.storeBytes(of: sequence.bigEndian, toByteOffset: 4, as: UInt64.self)
         d.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 12, as: UInt64.self)
     }
 
-    /// AAD = "ACSF tail" ‖ file ID ‖ u64 sequence ‖ u64 size ‖ u8 slot ‖ chunk copy's tag (zeros
-    /// when there is none) ‖ trailer copy's tag.
+    /// AAD = "ACSF tail" (kind 1) or "ACSF tai2" (kind 2) ‖ file ID ‖ u64 sequence ‖ u64 size ‖
+    /// u8 slot ‖ chunk copy's tag (zeros when there is none) ‖ trailer copy's tag.
     func writeAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, slot: Int,
                   chunkTag: UnsafeRawPointer?, trailerTag: UnsafeRawPointer) {
-        let label = Array("ACSF tail".utf8)
+        let label = Array((kind == .sync ? "ACSF tail" : "ACSF tai2").utf8)
         label.withUnsafeBytes { out.copyMemory(from: $0.baseAddress!, byteCount: 9) }
         (out + 9).copyMemory(from: fileID, byteCount: 16)
         (out + 25).storeBytes(of: sequence.bigEndian, as: UInt64.self)

@@ -70,25 +70,53 @@ extension SharedFile {
     /// Writes `sealedEnd` (the sealed last chunk if not full, then the trailer, of a file of `size`
     /// bytes) as the next tail copy. A cut inside a chunk writes its shortened chunk so, before it
     /// rewrites that chunk in place.
-    func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false) throws(SecureFileError) {
+    ///
+    /// Slots: a copy goes into the slot the newest copy is not in, unless the newest is a copy
+    /// from before a rewrite (`kind` 2): then over it. So the newest sync's copy is never written
+    /// over before the next sync's copy is (its sequence keeps the slot: slot = sequence mod 2).
+    func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false,
+                       kind: TailCopyDescriptor.Kind = .sync) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
         // The sequence goes on from the newest complete copy on disk (another process may have
         // written one since, in coordinated mode).
         if !sequenceIsCurrent && (!tailCopySequenceKnown || coordinated) { _ = try newestCompleteCopy() }
         let (chunkBytes, total) = tailCopyLength(size: size)
-        let sequence = tailCopySequence &+ 1
+        let sequence = tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1)
         let slot = Int(sequence & 1)
         try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
             let d = b.baseAddress!
             let copy = d + TailCopyDescriptor.size
             copy.copyMemory(from: sealedEnd, byteCount: total)
-            let descriptor = TailCopyDescriptor(sequence: sequence, size: size)
+            let descriptor = TailCopyDescriptor(sequence: sequence, size: size, kind: kind)
             descriptor.write(into: d)
             try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
             try checkIO(Sys.pwriteFull(ioFD, d, b.count, layout.tailCopyOffset(slot)), "write the tail copy")
         }
         tailCopySequence = sequence
-        tailCopyStale = false
+        tailCopyNewestIsForARewrite = kind == .rewrite
+        // A copy from before a rewrite is not the end a sync makes durable: the next sync writes its own.
+        if kind == .sync { tailCopyStale = false }
+    }
+
+    /// Before an in-place rewrite of the last chunk that a kill could cut between two pages, when
+    /// the rewrite makes no end a copy can hold (a full last chunk, or the same length): a copy of
+    /// the end as it is on disk (kind 2, not synced). An interrupted rewrite then loses only its
+    /// own call's bytes: the reader takes the copy when that chunk no longer authenticates in place
+    /// (`takeTailCopyIfNeeded`), as after a torn append under a power loss. The end is not
+    /// authenticated again here: it was at open or written by this state, and a copy whose chunk
+    /// does not authenticate is never taken. (An append inside the chunk copies the end it makes
+    /// instead, from the sealed bytes it is about to write: no read.)
+    func writeTailCopyOfTheEndBeforeRewrite() throws(SecureFileError) {
+        let (_, total) = tailCopyLength(size: diskSize)
+        let end = layout.physicalSize(forPlaintextSize: diskSize)
+        // Not in the scratch memory: it holds the sealed chunk about to be written.
+        try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (b) throws(SecureFileError) in
+            let got = try checkIO(Sys.preadFull(ioFD, b.baseAddress!, total, end - Int64(total)), "read the end of the file for its tail copy")
+            guard got == total else {
+                throw .ace(.badKeyOrCorruptData, "\(path): the file ends before its authenticated end (cut by another process?)")
+            }
+            try writeTailCopy(size: diskSize, sealedEnd: b.baseAddress!, kind: .rewrite)
+        }
     }
 
     /// The first copy of a new file or generation (sequence 0, slot 0, size 0): its descriptor and
@@ -99,6 +127,7 @@ extension SharedFile {
         (d + TailCopyDescriptor.size).copyMemory(from: trailer, byteCount: layout.trailerSize)
         try sealTailCopy(d, descriptor, slot: 0, copies: d + TailCopyDescriptor.size, chunkBytes: 0)
         tailCopySequence = 0
+        tailCopyNewestIsForARewrite = false
         tailCopySequenceKnown = true
         tailCopyStale = false
     }
@@ -200,7 +229,8 @@ extension SharedFile {
     /// Whether the newest complete copy on disk holds the end in place (its size, and its chunk copy's
     /// tag that of the last chunk in place); also sets `tailCopySequence` from the disk.
     private func newestCompleteCopyIsTheEnd() throws(SecureFileError) -> Bool {
-        guard let newest = try newestCompleteCopy() else { return false }
+        // A copy from before a rewrite is written over by the next copy: a sync writes its own.
+        guard let newest = try newestCompleteCopy(), newest.descriptor.kind == .sync else { return false }
         return try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: diskSize)
     }
 
@@ -214,6 +244,7 @@ extension SharedFile {
             if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c }
         }
         tailCopySequence = newest?.descriptor.sequence ?? 0
+        tailCopyNewestIsForARewrite = newest?.descriptor.kind == .rewrite
         tailCopySequenceKnown = true
         return newest
     }
@@ -236,7 +267,10 @@ extension SharedFile {
         for (i, c) in candidates.enumerated() {
             let copy = c.descriptor
             let index = copy.size >> shift
-            if let mainSize { guard copy.size <= mainSize else { continue } } else {
+            if let mainSize {
+                // A rewrite's copy may hold the end that rewrite was making: longer, in the same chunk.
+                guard copy.size <= mainSize || (copy.kind == .rewrite && index == (mainSize - 1) >> shift) else { continue }
+            } else {
                 guard index == 0 || physical >= layout.chunkOffset(index) else { continue }
             }
             // The chunk the copy before this one holds was synced; if it is below this copy's last
@@ -267,6 +301,9 @@ extension SharedFile {
         dropReadCache()
         restoredTail = RestoredTail(slot: slot)
         tailCopySequence = copy.sequence
+        // Written back in place before the next copy (`repairTornTailIfNeeded` comes first), which
+        // may then go over it if it is one from before a rewrite.
+        tailCopyNewestIsForARewrite = copy.kind == .rewrite
         tailCopySequenceKnown = true
         pendingTailRepair = end
         bytesAfterAuthenticatedEnd = max(0, physical - end)

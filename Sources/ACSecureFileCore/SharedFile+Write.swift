@@ -235,7 +235,22 @@ extension SharedFile {
                 }
                 do {
                     try prepareBatchWrite(split: split, lastIndex: lastIndex)
-                    if split > 0 && !(layout.hasTailCopies && k == 1 && Self.withinOnePage(start, Int64(bytes))) {
+                    // The last chunk rewritten in place across two pages: a kill can cut the
+                    // rewrite between them, so a tail copy goes first — of the end the batch makes
+                    // (its own sealed bytes) when a copy can hold it, else of the end as it is —
+                    // and the rewrite needs no split.
+                    let mask = Int64(chunkSize - 1)
+                    let inPlace = start < oldEnd ? Int(min(start + Int64(bytes), oldEnd) - start) : 0
+                    let copiedFirst = layout.hasTailCopies && k == 1 && lastIndex == diskChunks - 1
+                        && diskSize & mask != 0 && inPlace > 0 && !Self.withinOnePage(start, Int64(inPlace))
+                    if copiedFirst {
+                        if touchesEnd && newDiskSize & mask != 0 {
+                            try writeTailCopy(size: newDiskSize, sealedEnd: buf, kind: .rewrite)
+                        } else {
+                            try writeTailCopyOfTheEndBeforeRewrite()
+                        }
+                    }
+                    if split > 0 && !(layout.hasTailCopies && k == 1 && (copiedFirst || Self.withinOnePage(start, Int64(bytes)))) {
                         try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write")
                         try checkIO(Sys.pwriteFull(ioFD, buf, split, start), "write")
                     } else {

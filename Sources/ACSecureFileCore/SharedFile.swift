@@ -77,6 +77,9 @@ final class SharedFile: @unchecked Sendable {
     /// The newest tail copy's sequence number on disk, as far as this process knows (version 4:
     /// `SharedFile+TailCopy.swift`); the next copy gets the next number and the other slot.
     var tailCopySequence: UInt64 = 0
+    /// The copy with `tailCopySequence` is a rewrite's (kind 2): the next copy goes over it, not
+    /// over the sync's copy in the other slot.
+    var tailCopyNewestIsForARewrite = false
     /// `tailCopySequence` was read from disk (at the first copy this state writes) or set by a write.
     var tailCopySequenceKnown = false
     /// The file changed at or after its last chunk since the newest tail copy: the next sync writes

@@ -352,6 +352,11 @@ struct CrashShape {
     static let all: [CrashShape] = [
         CrashShape("append-inside-last-chunk", 1000, .write, 1000, 2000),
         CrashShape("append-filling-last-chunk", 1000, .write, 1000, 3096),
+        // Chunk 0 (at 8576, 384 bytes into a page) rewritten in place across a page boundary:
+        // a kill can tear such a rewrite between its pages (a tail copy goes first).
+        CrashShape("append-inside-last-chunk-across-pages", 3900, .write, 3900, 100),
+        CrashShape("append-filling-last-chunk-across-pages", 3900, .write, 3900, 300),
+        CrashShape("overwrite-inside-last-chunk-across-pages", 3900, .write, 1000, 100),
         CrashShape("chunk-aligned-append", 8192, .write, 8192, 4096),
         CrashShape("chunk-aligned-small-append", 8192, .write, 8192, 100),
         CrashShape("chunk-aligned-multi-chunk-append", 12288, .write, 12288, 5000),

@@ -123,7 +123,9 @@ final class EngineBehaviourTests: XCTestCase {
 
     /// Appends from a chunk-aligned end keep the new short last chunk in the plaintext cache (it
     /// came whole from the caller's buffer): the next appends read nothing back, and a hole written
-    /// inside that chunk afterwards still reads as zeros.
+    /// inside that chunk afterwards still reads as zeros. (One exception, for kill safety: an append
+    /// that fills the short last chunk across two pages reads the end it first copies — a tail copy
+    /// cannot hold a full chunk — so only appends that fill a chunk may read, once each.)
     func testAppendsFromAChunkAlignedEndReadNothingBack() throws {
         let env = try TestEnvironment()
         let path = env.path("f")
@@ -135,17 +137,26 @@ final class EngineBehaviourTests: XCTestCase {
             XCTAssertEqual(try f.write(bytes), count)
             expected += bytes
         }
-        var preads = 0
+        final class Count: @unchecked Sendable { var preads = 0 }
+        let count = Count()
+        var preads = 0, endingAChunk = 0
         let driver = SystemCallDriver { call, _, _ in
-            if call == .pread { preads += 1 }
+            if call == .pread { count.preads += 1 }
             return nil
         }
+        func appendCounted(_ n: Int) throws {
+            count.preads = 0
+            let fills = expected.count % chunk != 0 && expected.count % chunk + n >= chunk
+            try append(n)
+            if fills { endingAChunk += count.preads } else { preads += count.preads }
+        }
         try SystemCallDriver.with(driver) {
-            for _ in 0..<(3 * chunk / 512) { try append(512) }  // every 8th from an aligned end
-            try append(chunk)
-            for _ in 0..<100 { try append(100) }  // crosses chunk ends inside a call
+            for _ in 0..<(3 * chunk / 512) { try appendCounted(512) }  // every 8th from an aligned end
+            try appendCounted(chunk)
+            for _ in 0..<100 { try appendCounted(100) }  // crosses chunk ends inside a call
         }
         XCTAssertEqual(preads, 0, "sequential appends read no chunk back")
+        XCTAssertLessThanOrEqual(endingAChunk, 4, "at most one read per append that fills a chunk (4 in all)")
         XCTAssertEqual(f.shared.cacheIndex, Int64(expected.count / chunk))
 
         // A write past the end inside the cached chunk (another handle: the same file state and
@@ -416,10 +427,12 @@ final class EngineBehaviourTests: XCTestCase {
     }
 
     /// An append inside the last chunk of a version 4 file writes the chunk and its new trailer in
-    /// one `pwrite` when they lie in one page (a kill stops a write only between pages), and
-    /// elsewhere beyond the old end first, then the part before it. A version 3 file (no tail
-    /// copies) always splits. Checked from the system calls themselves.
-    func testAnAppendIsOneWriteOnlyWhenItLiesInOnePage() throws {
+    /// one `pwrite` when they lie in one page (a kill stops a write only between pages); when its
+    /// part before the old end spans two pages, it first copies the end as it is into a tail-copy
+    /// slot, then writes chunk and trailer in one `pwrite`; otherwise beyond the old end first, then
+    /// the part before it. A version 3 file (no tail copies) always splits. Checked from the system
+    /// calls themselves.
+    func testAnAppendIsOneWriteInOnePageAndCopiesTheEndFirstWhereAKillCouldTearIt() throws {
         let env = try TestEnvironment()
         let v3 = env.path("v3")
         writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
@@ -430,8 +443,9 @@ final class EngineBehaviourTests: XCTestCase {
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
         let writes = Writes()
         func onePage(_ offset: Int64, _ count: Int) -> Bool { offset / 4096 == (offset + Int64(count) - 1) / 4096 }
+        let slots = [FileLayout().tailCopyOffset(0), FileLayout().tailCopyOffset(1)]
         for (name, f) in files {
-            var single = 0, split = 0
+            var single = 0, split = 0, copied = 0
             for k in 0..<120 {
                 let before = try f.size
                 let oldEnd = lstatSize(f)
@@ -451,12 +465,20 @@ final class EngineBehaviourTests: XCTestCase {
                                   "\(name), append \(k): one write across a page boundary, where a kill could cut it: \(w), old end \(oldEnd)")
                     XCTAssertNotEqual(name, "version 3", "append \(k): a version 3 file has no tail copy to fall back on")
                     single += 1
+                } else if w.count == 2 && slots.contains(w[0].offset) {
+                    XCTAssertEqual(name, "version 4", "append \(k): a tail copy in a version 3 file: \(w)")
+                    XCTAssertTrue(w[1].offset < oldEnd && w[1].offset + Int64(w[1].count) > oldEnd, "\(name), append \(k): \(w)")
+                    XCTAssertFalse(onePage(w[1].offset, Int(oldEnd - w[1].offset)),
+                                   "\(name), append \(k): the end copied first though its rewrite lies in one page: \(w), old end \(oldEnd)")
+                    copied += 1
                 } else if w.count == 2 {
                     XCTAssertEqual(w[0].offset, oldEnd, "\(name), append \(k): beyond the old end first: \(w)")
                     XCTAssertEqual(w[1].offset + Int64(w[1].count), oldEnd, "\(name), append \(k): then the part before it: \(w)")
                     if name == "version 4" {
                         XCTAssertFalse(onePage(w[1].offset, w[1].count + w[0].count),
                                        "\(name), append \(k): two writes where one in one page would do: \(w), old end \(oldEnd)")
+                        XCTAssertTrue(onePage(w[1].offset, w[1].count),
+                                      "\(name), append \(k): a split whose second write a kill could cut between pages: \(w), old end \(oldEnd)")
                     }
                     split += 1
                 } else {
@@ -464,8 +486,8 @@ final class EngineBehaviourTests: XCTestCase {
                 }
             }
             if name == "version 4" {
-                XCTAssertGreaterThan(single, 20, "one write where it lies in one page (\(single) single, \(split) split)")
-                XCTAssertGreaterThan(split, 5, "two writes across pages (\(single) single, \(split) split)")
+                XCTAssertGreaterThan(single, 20, "one write where it lies in one page (\(single) single, \(copied) copied first, \(split) split)")
+                XCTAssertGreaterThan(copied, 5, "the end copied first where a kill could tear the rewrite (\(single) single, \(copied) copied first, \(split) split)")
             } else {
                 XCTAssertGreaterThan(split, 100)
             }

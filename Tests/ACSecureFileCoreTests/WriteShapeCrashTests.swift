@@ -116,7 +116,10 @@ final class WriteShapeCrashTests: XCTestCase {
             }
             let expected = FileLayout().physicalSize(forPlaintextSize: Int64(size))
             let reported = (try? file.bytesAfterAuthenticatedEnd) ?? -1
-            if physical != expected + reported {
+            // An end restored from a tail copy may lie beyond the physical end (the copy holds its
+            // last chunk and trailer; the next change writes them back).
+            let restoredBeyond = physical < expected && (try? file.endRestoredFromTailCopy) == true && reported == 0
+            if physical != expected + reported && !restoredBeyond {
                 problems.append("\(label): \(physical - expected) bytes after the end at \(size), \(reported) reported")
             }
         }
@@ -184,7 +187,7 @@ final class WriteShapeCrashTests: XCTestCase {
 
     func testTornWriteAtEverySectorOfEveryWriteShape() throws {
         let env = try TestEnvironment()
-        var tears = 0, tearsAcrossOldEnd = 0
+        var tears = 0, tearsAcrossOldEnd = 0, killTears = 0
         // The large shapes (a megabyte or more) are torn in the kill sweep's calls only: tearing each
         // of their long writes at every sector would take minutes and adds nothing the small ones miss.
         for s in try shapes() where s.before + s.count <= 100_000 {
@@ -200,8 +203,15 @@ final class WriteShapeCrashTests: XCTestCase {
                     let torn = r.lines.first { $0.hasPrefix("T ") }.map { $0.split(separator: " ").compactMap { Int64($0) } }
                     let acrossOldEnd = torn.map { $0.count == 2 && $0[0] < oldEnd && $0[0] + $0[1] > oldEnd } ?? false
                     if acrossOldEnd { tearsAcrossOldEnd += 1 }
-                    let problems = verify(file, s, services: env.services, strict: false, tornAcrossOldEnd: acrossOldEnd,
-                                          label: "\(s.name), call \(killAt) torn after \(sectors) sector(s)")
+                    // Cut at a page boundary: what a kill does (Linux stops a write between pages).
+                    let atPage = torn.map { $0.count == 2 && ($0[0] / 512 + Int64(sectors)) * 512 % 4096 == 0 } ?? false
+                    let killTear = atPage && !Self.tornByKillsInPlace.contains(s.name)
+                    if killTear { killTears += 1 }
+                    let label = "\(s.name), call \(killAt) torn after \(sectors) sector(s)\(killTear ? " (a page boundary: a kill's tear)" : "")"
+                    var problems = verify(file, s, services: env.services, strict: killTear, tornAcrossOldEnd: acrossOldEnd && !killTear, label: label)
+                    if killTear, problems.isEmpty, (try? SecureFile.open(file, flags: O_RDONLY, services: env.services).bytesAfterAuthenticatedEnd) == nil {
+                        problems.append("\(label): no open after the tear")
+                    }
                     XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
                     sectors += 1
                 }
@@ -209,7 +219,14 @@ final class WriteShapeCrashTests: XCTestCase {
         }
         XCTAssertGreaterThan(tears, 20)
         XCTAssertGreaterThan(tearsAcrossOldEnd, 0, "no append wrote its chunk and trailer in one call")
+        XCTAssertGreaterThan(killTears, 5, "no write torn at a page boundary")
     }
+
+    /// Shapes that partially rewrite a chunk other than the last one in place: a kill that tears
+    /// such a rewrite between its two pages loses that chunk (docs/FORMAT.md "What a crash can
+    /// cost"; no copy covers it yet: issue 24 item 4's journal). Every other shape must come
+    /// through a tear at a page boundary as through a kill between system calls.
+    static let tornByKillsInPlace: Set<String> = ["overwrite-inside", "overwrite-across-end", "overwrite-across-aligned-end"]
 
     /// Write-back buffering keeps data in memory until flush; a normal exit() writes it: a run of
     /// a few chunks (10,000 bytes), and runs written along the way then a last partial one (150,000).
