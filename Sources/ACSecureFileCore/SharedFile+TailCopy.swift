@@ -79,7 +79,10 @@ extension SharedFile {
         guard layout.hasTailCopies, hasHeader else { return }
         // The sequence goes on from the newest complete copy on disk (another process may have
         // written one since, in coordinated mode).
-        if !sequenceIsCurrent && (!tailCopySequenceKnown || coordinated) { _ = try newestCompleteCopy() }
+        if !sequenceIsCurrent {
+            let reread = !tailCopySequenceKnown ? true : coordinated ? try !newestDescriptorIsTheKnownOne() : false
+            if reread { _ = try newestCompleteCopy() }
+        }
         let (chunkBytes, total) = tailCopyLength(size: size)
         let sequence = tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1)
         let slot = Int(sequence & 1)
@@ -96,6 +99,23 @@ extension SharedFile {
         tailCopyNewestIsForARewrite = kind == .rewrite
         // A copy from before a rewrite is not the end a sync makes durable: the next sync writes its own.
         if kind == .sync { tailCopyStale = false }
+    }
+
+    /// Whether the newest descriptor on disk, parsed but not authenticated, has the sequence and
+    /// kind this state last wrote or read: then no other process wrote a copy since (each goes on
+    /// from the newest sequence), and the slots need not be read and authenticated again. One
+    /// `pread` of both descriptors, for coordinated appends that copy their end.
+    private func newestDescriptorIsTheKnownOne() throws(SecureFileError) -> Bool {
+        let from = layout.tailCopyOffset(0)
+        let count = Int(layout.tailCopyOffset(1) - from) + TailCopyDescriptor.size
+        return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 16) { (b) throws(SecureFileError) -> Bool in
+            guard try checkIO(Sys.preadFull(ioFD, b.baseAddress!, count, from), "read the tail copies") == count else { return false }
+            let descriptors = [0, count - TailCopyDescriptor.size].compactMap {
+                TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b.baseAddress! + $0, count: TailCopyDescriptor.size))
+            }
+            guard let newest = descriptors.max(by: { $0.sequence < $1.sequence }) else { return false }
+            return newest.sequence == tailCopySequence && (newest.kind == .rewrite) == tailCopyNewestIsForARewrite
+        }
     }
 
     /// Before an in-place rewrite of the last chunk that a kill could cut between two pages, when
