@@ -171,4 +171,75 @@ final class TailCopyTests: XCTestCase {
         XCTAssertEqual(try g.readAll(), data)
         try g.close()
     }
+
+    /// (kind, sequence, size) of the descriptor in `slot`, as written on disk.
+    func kindedDescriptor(_ path: String, _ slot: Int) -> (TailCopyDescriptor.Kind, UInt64, Int64)? {
+        let bytes = readWholeFile(path)
+        let at = Int(layout.tailCopyOffset(slot))
+        guard bytes.count >= at + TailCopyDescriptor.size else { return nil }
+        return bytes[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }.map { ($0.kind, $0.sequence, $0.size) }
+    }
+
+    /// A rewrite's copy (kind 2: an append whose rewrite of chunk 0 spans two pages) goes into the
+    /// slot the newest sync's copy is not in, and over the previous rewrite's copy (sequence +2),
+    /// never over the newest sync's copy, which a power loss still needs; a sync then writes its own
+    /// copy over the rewrite's, and the next rewrite's copy goes into the other slot.
+    func testARewritesCopyNeverGoesOverTheNewestSyncsCopy() throws {
+        let env = try TestEnvironment()
+        let path = env.path("kinds")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        defer { try? f.close() }
+        // Chunk 0 is at 8576, 384 bytes into a page: with 3,900 bytes its rewrite spans two pages.
+        _ = try f.write(plaintext(3900))
+        try f.sync()
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900))
+        _ = try f.write(plaintext(50, 1))
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.rewrite, 2, 3950), "\(String(describing: kindedDescriptor(path, 0)))")
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900), "the sync's copy stays")
+        _ = try f.write(plaintext(50, 2))
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.rewrite, 4, 4000), "over the previous rewrite's copy: \(String(describing: kindedDescriptor(path, 0)))")
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900), "the sync's copy stays")
+        try f.sync()
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.sync, 6, 4000), "the sync's copy over the rewrite's: \(String(describing: kindedDescriptor(path, 0)))")
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900), "the previous sync's copy stays until this one is written")
+        _ = try f.write(plaintext(20, 3))
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.rewrite, 7, 4020), "\(String(describing: kindedDescriptor(path, 1)))")
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.sync, 6, 4000), "the newest sync's copy stays")
+    }
+
+    /// A kill that cuts an append's rewrite of the last chunk between its two pages: the first page
+    /// holds the new chunk's head, the rest is as before (the file's length too), and the chunk
+    /// authenticates neither way. The rewrite's copy, written first, holds the end the append was
+    /// making — longer than the end in place, in the same chunk — and the open takes it: every byte,
+    /// the call's too, reported as restored; the next change writes it back. Nothing was synced, so
+    /// without that copy (only the creation's, of an empty file) the chunk was lost.
+    func testAKillBetweenTheTwoPagesOfAnAppendsRewriteLosesNothing() throws {
+        let env = try TestEnvironment()
+        let path = env.path("torn-rewrite")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        _ = try f.write(plaintext(3900))
+        try f.close()
+        let before = readWholeFile(path)
+        let g = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: env.services)
+        _ = try g.write(plaintext(50, 1))
+        try g.close()
+        let after = readWholeFile(path)
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.rewrite, 1, 3950))
+        // The torn state: the copy written, the rewrite stopped at the page boundary at 12288.
+        var torn = before
+        let copyEnd = Int(layout.tailCopyOffset(1)) + layout.tailCopySlotSize
+        torn.replaceSubrange(Int(layout.tailCopyOffset(1))..<copyEnd, with: after[Int(layout.tailCopyOffset(1))..<copyEnd])
+        torn.replaceSubrange(Int(layout.chunkOffset(0))..<12288, with: after[Int(layout.chunkOffset(0))..<12288])
+        XCTAssertEqual(torn.count, before.count)
+        writeWholeFile(path, torn)
+        let h = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: env.services)
+        XCTAssertTrue(try h.endRestoredFromTailCopy, "restored, and reported")
+        XCTAssertEqual(try h.readAll(), plaintext(3900) + plaintext(50, 1))
+        _ = try h.write([9])
+        try h.close()
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertFalse(try r.endRestoredFromTailCopy)
+        XCTAssertEqual(try r.readAll(), plaintext(3900) + plaintext(50, 1) + [9])
+        try r.close()
+    }
 }
