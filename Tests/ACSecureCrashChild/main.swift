@@ -55,6 +55,17 @@ if args.count == 2, args[1] == "shapes" {
 if args.count == 6, args[1] == "hold-append" {
     runHeldAppend(store: args[2], path: args[3], holdBeforePwrite: Int(args[4]) ?? 0, record: Int(args[5]) ?? 0)
 }
+if args.count == 5, args[1] == "append-sync" {
+    // Tail copies across processes (TailCopyTests): opens the file O_RDWR | O_APPEND in coordinated
+    // mode, appends <count> bytes of pattern 7, fsyncs and closes it. Prints "S" when done.
+    runMode(store: args[2]) { services in
+        let file = try SecureFile.open(args[3], flags: O_RDWR | O_APPEND, services: services, sharing: .processes)
+        _ = try (0..<(Int(args[4]) ?? 0)).map { pattern(7, $0) }.withUnsafeBytes { try file.write($0) }
+        try file.sync()
+        try file.close()
+        emit("S")
+    }
+}
 if args.count == 5, args[1] == "create-append" {
     // Creation race (CreationRaceTests): prints "R", waits for a byte on standard input, then opens
     // the file O_RDWR | O_CREAT | O_APPEND in coordinated mode, appends one 100-byte record

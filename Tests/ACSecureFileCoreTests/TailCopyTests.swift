@@ -3,6 +3,7 @@ import Glibc
 #endif
 import XCTest
 import ACSecureServices
+import ACSecureTestSupport
 @testable import ACSecureFileCore
 
 /// The tail copies of format version 4 (docs/FORMAT.md "Tail copies"): where each sync puts its copy,
@@ -241,5 +242,33 @@ final class TailCopyTests: XCTestCase {
         XCTAssertFalse(try r.endRestoredFromTailCopy)
         XCTAssertEqual(try r.readAll(), plaintext(3900) + plaintext(50, 1) + [9])
         try r.close()
+    }
+
+    /// Coordinated handles of two processes: this one's knowledge of the newest copy (a rewrite's,
+    /// in slot 0) goes stale when the other appends and syncs (its sync's copy goes over that
+    /// rewrite's copy, in slot 0). This process's next rewrite's copy must see it — the newest
+    /// descriptor on disk is not the one it knows — and go into slot 1, not over the other
+    /// process's sync.
+    func testACoordinatedRewritesCopyNeverGoesOverAnotherProcesssSync() throws {
+        let env = try TestEnvironment()
+        let path = env.path("two-processes")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services, sharing: .processes)
+        defer { try? f.close() }
+        _ = try f.write(plaintext(3900))
+        try f.sync()
+        _ = try f.write(plaintext(50, 1))
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.rewrite, 2, 3950), "\(String(describing: kindedDescriptor(path, 0)))")
+        let child = try ChildProcess.spawn(try crashChild(), ["append-sync", env.directory + "/store", path, "20"],
+                                           environment: ["SWIFT_BACKTRACE": "enable=no"], standardError: .inherit)
+        let out = child.finish()
+        XCTAssertTrue(out.status.succeeded && out.standardOutput.contains("S"), "\(out.status) \(out.standardOutput)")
+        guard let synced = kindedDescriptor(path, 0), synced.0 == .sync, synced.2 == 3970 else {
+            return XCTFail("the other process's sync: \(String(describing: kindedDescriptor(path, 0)))")
+        }
+        _ = try f.write(plaintext(20, 3))
+        XCTAssertTrue(kindedDescriptor(path, 0)! == synced, "the other process's sync's copy stays: \(String(describing: kindedDescriptor(path, 0)))")
+        XCTAssertEqual(kindedDescriptor(path, 1)?.0, .rewrite)
+        XCTAssertEqual(kindedDescriptor(path, 1)?.2, 3990)
+        XCTAssertGreaterThan(kindedDescriptor(path, 1)?.1 ?? 0, synced.1)
     }
 }
