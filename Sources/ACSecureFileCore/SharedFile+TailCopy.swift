@@ -71,9 +71,10 @@ extension SharedFile {
     /// bytes) as the next tail copy. A cut inside a chunk writes its shortened chunk so, before it
     /// rewrites that chunk in place.
     ///
-    /// Slots: a copy goes into the slot the newest copy is not in, unless the newest is a copy
-    /// from before a rewrite (`kind` 2): then over it. So the newest sync's copy is never written
-    /// over before the next sync's copy is (its sequence keeps the slot: slot = sequence mod 2).
+    /// Slots: a copy goes into the slot the newest copy is not in, unless the newest is a rewrite's
+    /// copy (kind 2): then over it. So the newest sync's copy is never written over before the next
+    /// sync's copy is (the sequence keeps the slot: slot = sequence mod 2, stepping 2 over a
+    /// rewrite's copy).
     func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false,
                        kind: TailCopyDescriptor.Kind = .sync) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
@@ -97,7 +98,7 @@ extension SharedFile {
         }
         tailCopySequence = sequence
         tailCopyNewestIsForARewrite = kind == .rewrite
-        // A copy from before a rewrite is not the end a sync makes durable: the next sync writes its own.
+        // A rewrite's copy is not the end a sync makes durable: the next sync writes its own.
         if kind == .sync { tailCopyStale = false }
     }
 
@@ -249,7 +250,7 @@ extension SharedFile {
     /// Whether the newest complete copy on disk holds the end in place (its size, and its chunk copy's
     /// tag that of the last chunk in place); also sets `tailCopySequence` from the disk.
     private func newestCompleteCopyIsTheEnd() throws(SecureFileError) -> Bool {
-        // A copy from before a rewrite is written over by the next copy: a sync writes its own.
+        // A rewrite's copy is written over by the next copy: a sync writes its own.
         guard let newest = try newestCompleteCopy(), newest.descriptor.kind == .sync else { return false }
         return try tailCopy(newest.descriptor, newest.chunkTag, isTheEndAt: diskSize)
     }
@@ -322,7 +323,7 @@ extension SharedFile {
         restoredTail = RestoredTail(slot: slot)
         tailCopySequence = copy.sequence
         // Written back in place before the next copy (`repairTornTailIfNeeded` comes first), which
-        // may then go over it if it is one from before a rewrite.
+        // may then go over it if it is a rewrite's.
         tailCopyNewestIsForARewrite = copy.kind == .rewrite
         tailCopySequenceKnown = true
         pendingTailRepair = end

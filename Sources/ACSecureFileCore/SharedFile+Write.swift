@@ -296,9 +296,11 @@ extension SharedFile {
     /// instead of two (beyond the old end, then before it) when it lies in one page: a kill stops
     /// a write only between pages, so it leaves the run whole or absent, as the two would leave
     /// the new end or the old. A power loss tears pages as they are written back, whichever calls
-    /// wrote them; the last sync's tail copy restores that sync's end either way. (Where the run
-    /// spans pages, one `pwrite` torn between them by a kill would lose the chunk; measured, one
-    /// call there doubled the rate of such losses: docs/FORMAT.md "One `pwrite` in one page".)
+    /// wrote them; the last sync's tail copy restores that sync's end either way. Where the run
+    /// spans pages a kill could cut one `pwrite` between them and lose the chunk (measured: it
+    /// doubled such losses), so the split stays where its part before the old end lies in one
+    /// page, and elsewhere a rewrite's tail copy goes first (docs/FORMAT.md "One `pwrite` in one
+    /// page", "A rewrite's copy").
     static func withinOnePage(_ offset: Int64, _ count: Int64) -> Bool {
         offset / pageBytes == (offset + count - 1) / pageBytes
     }
