@@ -81,7 +81,8 @@ extension SharedFile {
         // The sequence goes on from the newest complete copy on disk (another process may have
         // written one since, in coordinated mode).
         if !sequenceIsCurrent {
-            let reread = !tailCopySequenceKnown ? true : coordinated ? try !newestDescriptorIsTheKnownOne() : false
+            var reread = !tailCopySequenceKnown
+            if !reread && coordinated { reread = try !newestDescriptorIsTheKnownOne() }
             if reread { _ = try newestCompleteCopy() }
         }
         let (chunkBytes, total) = tailCopyLength(size: size)

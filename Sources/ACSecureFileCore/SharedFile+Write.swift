@@ -235,14 +235,15 @@ extension SharedFile {
                 }
                 do {
                     try prepareBatchWrite(split: split, lastIndex: lastIndex)
-                    // The last chunk rewritten in place across two pages: a kill can cut the
-                    // rewrite between them, so a tail copy goes first — of the end the batch makes
-                    // (its own sealed bytes) when a copy can hold it, else of the end as it is —
-                    // and the rewrite needs no split.
+                    // A kill can cut a write between pages. In a version 4 file a one-chunk batch
+                    // that rewrites the short last chunk in place across two pages gets a tail copy
+                    // first — of the end the batch makes (its own sealed bytes) when a copy can
+                    // hold it, else of the end as it is — and then, like a one-chunk batch that
+                    // lies in one page, needs no split. (Full chunks are not covered: FORMAT.md.)
+                    let oneChunkInVersion4 = layout.hasTailCopies && k == 1
                     let mask = Int64(chunkSize - 1)
-                    let inPlace = start < oldEnd ? Int(min(start + Int64(bytes), oldEnd) - start) : 0
-                    let copiedFirst = layout.hasTailCopies && k == 1 && lastIndex == diskChunks - 1
-                        && diskSize & mask != 0 && inPlace > 0 && !Self.withinOnePage(start, Int64(inPlace))
+                    let copiedFirst = oneChunkInVersion4 && lastIndex == diskChunks - 1 && diskSize & mask != 0
+                        && !Self.withinOnePage(start, min(Int64(bytes), oldEnd - start))
                     if copiedFirst {
                         if touchesEnd && newDiskSize & mask != 0 {
                             try writeTailCopy(size: newDiskSize, sealedEnd: buf, kind: .rewrite)
@@ -250,7 +251,7 @@ extension SharedFile {
                             try writeTailCopyOfTheEndBeforeRewrite()
                         }
                     }
-                    if split > 0 && !(layout.hasTailCopies && k == 1 && (copiedFirst || Self.withinOnePage(start, Int64(bytes)))) {
+                    if split > 0 && !(oneChunkInVersion4 && (copiedFirst || Self.withinOnePage(start, Int64(bytes)))) {
                         try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write")
                         try checkIO(Sys.pwriteFull(ioFD, buf, split, start), "write")
                     } else {
