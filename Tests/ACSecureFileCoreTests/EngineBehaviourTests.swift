@@ -436,19 +436,20 @@ final class EngineBehaviourTests: XCTestCase {
         let env = try TestEnvironment()
         let v3 = env.path("v3")
         writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
-        let files: [(name: String, file: SecureFile)] = [
-            ("version 4", try SecureFile.open(env.path("v4"), flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: env.services)),
-            ("version 3", try SecureFile.open(v3, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))),
+        let v4 = env.path("v4")
+        let files: [(name: String, path: String, file: SecureFile)] = [
+            ("version 4", v4, try SecureFile.open(v4, flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: env.services)),
+            ("version 3", v3, try SecureFile.open(v3, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))),
         ]
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
         let writes = Writes()
         func onePage(_ offset: Int64, _ count: Int) -> Bool { offset / 4096 == (offset + Int64(count) - 1) / 4096 }
         let slots = [FileLayout().tailCopyOffset(0), FileLayout().tailCopyOffset(1)]
-        for (name, f) in files {
+        for (name, path, f) in files {
             var single = 0, split = 0, copied = 0
             for k in 0..<120 {
                 let before = try f.size
-                let oldEnd = lstatSize(f)
+                let oldEnd = fileSize(path)
                 writes.list = []
                 SecureFileTesting.transferFaultInjector = { call, count, offset in
                     if call == .pwrite { writes.list.append((offset, count)) }
@@ -493,13 +494,8 @@ final class EngineBehaviourTests: XCTestCase {
             }
             try f.close()
         }
-        XCTAssertEqual(try SecureFile.open(env.path("v4"), flags: O_RDONLY, services: env.services).readAll(),
+        XCTAssertEqual(try SecureFile.open(v4, flags: O_RDONLY, services: env.services).readAll(),
                        (0..<120).flatMap { [UInt8](repeating: UInt8($0), count: 100) })
-    }
-
-    private func lstatSize(_ f: SecureFile) -> Int64 {
-        if case .success(let st) = Sys.lstat(f.path) { return Int64(st.st_size) }
-        return -1
     }
 }
 

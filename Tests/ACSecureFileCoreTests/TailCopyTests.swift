@@ -14,10 +14,7 @@ final class TailCopyTests: XCTestCase {
 
     /// (sequence, size) of the descriptor in `slot`, as written on disk (nil: no copy).
     func descriptor(_ path: String, _ slot: Int) -> (UInt64, Int64)? {
-        let bytes = readWholeFile(path)
-        let at = Int(layout.tailCopyOffset(slot))
-        guard bytes.count >= at + TailCopyDescriptor.size else { return nil }
-        return bytes[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }.map { ($0.sequence, $0.size) }
+        kindedDescriptor(path, slot).map { ($0.1, $0.2) }
     }
 
     func plaintext(_ n: Int, _ seed: Int = 0) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ seed) } }
@@ -173,7 +170,7 @@ final class TailCopyTests: XCTestCase {
         try g.close()
     }
 
-    /// (kind, sequence, size) of the descriptor in `slot`, as written on disk.
+    /// (kind, sequence, size) of the descriptor in `slot`, as written on disk (nil: no copy).
     func kindedDescriptor(_ path: String, _ slot: Int) -> (TailCopyDescriptor.Kind, UInt64, Int64)? {
         let bytes = readWholeFile(path)
         let at = Int(layout.tailCopyOffset(slot))
