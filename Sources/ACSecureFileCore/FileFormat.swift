@@ -452,8 +452,15 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         case sync = 1
         /// Written just before an in-place rewrite of the last chunk that a kill could tear: the
         /// end that rewrite makes (or, when it makes none a copy can hold, the end before it). Not
-        /// synced; written over by the next copy of either kind.
+        /// synced; written over by the next copy of any kind.
         case rewrite = 2
+        /// Written just before an in-place rewrite of any chunk that keeps some of its bytes and
+        /// that a kill could tear: that chunk as the rewrite seals it, and no trailer; `size` is
+        /// where the chunk ends (its index and length follow). Read only for that chunk when it
+        /// fails in place with the copy's head (selector and nonce, fresh for every write): then
+        /// it is the write that was torn. Not synced; written over by the next copy of any kind,
+        /// once its chunk is whole in place.
+        case chunk = 3
     }
 
     public var sequence: UInt64
@@ -467,7 +474,7 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         guard let kind = Kind(rawValue: d[0]), d[1..<4].allSatisfy({ $0 == 0 }), d[52..<64].allSatisfy({ $0 == 0 }) else { return nil }
         let sequence = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 4, as: UInt64.self))
         let size = UInt64(bigEndian: d.loadUnaligned(fromByteOffset: 12, as: UInt64.self))
-        guard size <= UInt64(SecureFile.maximumFileSize) else { return nil }
+        guard size <= UInt64(SecureFile.maximumFileSize), kind != .chunk || size > 0 else { return nil }
         return TailCopyDescriptor(sequence: sequence, size: Int64(size), kind: kind)
     }
 
@@ -479,11 +486,12 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         d.storeBytes(of: UInt64(size).bigEndian, toByteOffset: 12, as: UInt64.self)
     }
 
-    /// AAD = "ACSF tail" (kind 1) or "ACSF tai2" (kind 2) ‖ file ID ‖ u64 sequence ‖ u64 size ‖
-    /// u8 slot ‖ chunk copy's tag (zeros when there is none) ‖ trailer copy's tag.
+    /// AAD = "ACSF tail" (kind 1), "ACSF tai2" (kind 2) or "ACSF chnk" (kind 3) ‖ file ID ‖
+    /// u64 sequence ‖ u64 size ‖ u8 slot ‖ chunk copy's tag ‖ trailer copy's tag (zeros for a
+    /// copy there is not).
     func writeAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, slot: Int,
-                  chunkTag: UnsafeRawPointer?, trailerTag: UnsafeRawPointer) {
-        let label = Array((kind == .sync ? "ACSF tail" : "ACSF tai2").utf8)
+                  chunkTag: UnsafeRawPointer?, trailerTag: UnsafeRawPointer?) {
+        let label = Array((kind == .sync ? "ACSF tail" : kind == .rewrite ? "ACSF tai2" : "ACSF chnk").utf8)
         label.withUnsafeBytes { out.copyMemory(from: $0.baseAddress!, byteCount: 9) }
         (out + 9).copyMemory(from: fileID, byteCount: 16)
         (out + 25).storeBytes(of: sequence.bigEndian, as: UInt64.self)
@@ -492,6 +500,8 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         if let chunkTag { (out + 42).copyMemory(from: chunkTag, byteCount: FileLayout.tagSize) } else {
             (out + 42).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.tagSize)
         }
-        (out + 58).copyMemory(from: trailerTag, byteCount: FileLayout.tagSize)
+        if let trailerTag { (out + 58).copyMemory(from: trailerTag, byteCount: FileLayout.tagSize) } else {
+            (out + 58).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.tagSize)
+        }
     }
 }

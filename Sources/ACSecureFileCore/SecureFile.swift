@@ -137,7 +137,13 @@ public final class SecureFile: @unchecked Sendable {
               let reader = try? keys.takeReader() else { return nil }
         defer { keys.giveReader(reader) }
         s.services.noteActivity()
-        return try s.readConcurrently(into: base, count: count, at: offset, reader: reader, keys: keys)
+        do {
+            return try s.readConcurrently(into: base, count: count, at: offset, reader: reader, keys: keys)
+        } catch where error.code == .badKeyOrCorruptData {
+            // A chunk that fails to authenticate: the exclusive path takes it from its chunk copy
+            // (a write torn by a kill), or reports it.
+            return nil
+        }
     }
 
     /// `readv(2)`: fills the buffers in order, as one read.

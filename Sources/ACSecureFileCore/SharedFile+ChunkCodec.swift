@@ -23,18 +23,25 @@ extension SharedFile {
             }
             return
         }
-        try readAndOpenChunks(first: first, count: count, staging: ensureScratch, destination: destination) {
+        try readAndOpenChunks(first: first, count: count, staging: ensureScratch, destination: destination, open: {
             openChunk($0, index: $1, length: $2, into: $3, cipher: cipher)
-        }
+        }, recover: { (sealed, index, length, plaintext) throws(SecureFileError) -> Bool in
+            // Torn by a kill, its chunk copy whole (SharedFile+ChunkCopy.swift).
+            try openChunkFromCopy(index, length: length, inPlace: sealed) {
+                self.openChunk($0, index: index, length: length, into: plaintext, cipher: cipher)
+            }
+        })
     }
 
     /// Reads the sealed chunks `first..<first+count` with one `pread` into `staging(bytes)` and opens
-    /// chunk `i` into `destination(i)` with `open(sealed, i, length, plaintext)`: the loop of both
-    /// read paths, which differ only in whose staging, AAD and contexts they use.
+    /// chunk `i` into `destination(i)` with `open(sealed, i, length, plaintext)`, or, when that
+    /// fails, `recover` (same arguments): the loop of both read paths, which differ only in whose
+    /// staging, AAD and contexts they use, and in whether they may look for a chunk copy.
     @inline(__always)
     func readAndOpenChunks(first: Int64, count: Int, staging: (Int) -> UnsafeMutableRawPointer,
                            destination: (Int64) -> UnsafeMutableRawPointer,
-                           open: (UnsafeRawPointer, Int64, Int, UnsafeMutableRawPointer) -> Bool) throws(SecureFileError) {
+                           open: (UnsafeRawPointer, Int64, Int, UnsafeMutableRawPointer) -> Bool,
+                           recover: (UnsafeRawPointer, Int64, Int, UnsafeMutableRawPointer) throws(SecureFileError) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
         let lastLength = layout.chunkLength(first + Int64(count) - 1, size: diskSize)
         let total = (count - 1) * physical + lastLength + layout.chunkOverhead
@@ -45,7 +52,9 @@ extension SharedFile {
         }
         for j in 0..<count {
             let index = first + Int64(j)
-            guard open(buf + j * physical, index, j == count - 1 ? lastLength : chunkSize, destination(index)) else {
+            let sealed = buf + j * physical, length = j == count - 1 ? lastLength : chunkSize
+            if open(sealed, index, length, destination(index)) { continue }
+            guard try recover(sealed, index, length, destination(index)) else {
                 throw .ace(.badKeyOrCorruptData, "\(path): chunk \(index) failed authentication")
             }
         }

@@ -195,16 +195,17 @@ extension SharedFile {
     }
 
     /// `readChunksFromDisk` for `readConcurrently`: the reader's staging, contexts and AAD; the end
-    /// is already authenticated.
+    /// is already authenticated. A chunk that fails is not looked for in a chunk copy here: the
+    /// read is retried on the exclusive path (`SecureFile.preadConcurrently`).
     private func readChunksConcurrently(first: Int64, count: Int, reader: ChunkKeys.Reader, keys: ChunkKeys,
                                         destination: (Int64) -> UnsafeMutableRawPointer) throws(SecureFileError) {
-        try readAndOpenChunks(first: first, count: count, staging: reader.scratch, destination: destination) { c, index, length, plaintext in
+        try readAndOpenChunks(first: first, count: count, staging: reader.scratch, destination: destination, open: { c, index, length, plaintext in
             let n = c + layout.selectorSize
             FileLayout.writeChunkAAD(reader.aad, fileID: fileID, index: index)
             guard let context = reader.context(forSelector: selector(at: c), keys: keys) else { return false }
             return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: reader.aad, count: FileLayout.chunkAADSize),
                                 ciphertext: UnsafeRawBufferPointer(start: n + FileLayout.nonceSize, count: length),
                                 tag: n + FileLayout.nonceSize + length, plaintext: plaintext)
-        }
+        }, recover: { _, _, _, _ in false })
     }
 }

@@ -30,6 +30,14 @@ extension SharedFile {
         return (chunk, chunk + layout.trailerSize)
     }
 
+    /// Bytes after the descriptor of a slot: those of an end (`tailCopyLength`), or a chunk copy's
+    /// sealed chunk alone (kind 3: `size` is where that chunk ends).
+    func copyLength(_ descriptor: TailCopyDescriptor) -> (chunk: Int, total: Int) {
+        guard descriptor.kind == .chunk else { return tailCopyLength(size: descriptor.size) }
+        let chunk = layout.chunkLength((descriptor.size - 1) >> Int64(layout.chunkShift), size: descriptor.size) + layout.chunkOverhead
+        return (chunk, chunk)
+    }
+
     /// Before an application's sync: a copy of the end the sync makes durable, unless the newest
     /// copy already is one.
     func writeTailCopyIfNeeded() throws(SecureFileError) {
@@ -53,6 +61,10 @@ extension SharedFile {
     /// `sequenceIsCurrent`: the caller has just read the newest complete copy's sequence from disk.
     func writeTailCopy(size: Int64, sequenceIsCurrent: Bool = false) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader, let cipher else { return }
+        // A chunk copy's chunk, torn in place, is written back before the end is read (it may be
+        // the last chunk) and before this copy goes over it.
+        try learnTheNewestCopy(sequenceIsCurrent: sequenceIsCurrent)
+        try settleChunkCopy()
         let (chunkBytes, total) = tailCopyLength(size: size)
         let buf = ensureScratch(total)
         let end = layout.physicalSize(forPlaintextSize: size)
@@ -64,43 +76,50 @@ extension SharedFile {
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
             guard ok else { return }
         }
-        try writeTailCopy(size: size, sealedEnd: buf, sequenceIsCurrent: sequenceIsCurrent)
+        try writeTailCopy(size: size, sealedEnd: buf, sequenceIsCurrent: true)
     }
 
     /// Writes `sealedEnd` (the sealed last chunk if not full, then the trailer, of a file of `size`
-    /// bytes) as the next tail copy. A cut inside a chunk writes its shortened chunk so, before it
-    /// rewrites that chunk in place.
+    /// bytes; for a chunk copy, kind 3, the sealed chunk that ends at `size`) as the next copy. A
+    /// cut inside a chunk writes its shortened chunk so, before it rewrites that chunk in place.
     ///
     /// Slots: a copy goes into the slot the newest copy is not in, unless the newest is a rewrite's
-    /// copy (kind 2): then over it. So the newest sync's copy is never written over before the next
-    /// sync's copy is (the sequence keeps the slot: slot = sequence mod 2, stepping 2 over a
-    /// rewrite's copy).
+    /// or a chunk copy (kinds 2 and 3): then over it, a chunk copy once its chunk is whole in place
+    /// (`settleChunkCopy`). So the newest sync's copy is never written over before the next sync's
+    /// copy is (the sequence keeps the slot: slot = sequence mod 2, stepping 2 over a copy that is
+    /// not a sync's).
     func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false,
                        kind: TailCopyDescriptor.Kind = .sync) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
-        // The sequence goes on from the newest complete copy on disk (another process may have
-        // written one since, in coordinated mode).
-        if !sequenceIsCurrent {
-            var reread = !tailCopySequenceKnown
-            if !reread && coordinated { reread = try !newestDescriptorIsTheKnownOne() }
-            if reread { _ = try newestCompleteCopy() }
-        }
-        let (chunkBytes, total) = tailCopyLength(size: size)
-        let sequence = tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1)
-        let slot = Int(sequence & 1)
+        try learnTheNewestCopy(sequenceIsCurrent: sequenceIsCurrent)
+        let descriptor = TailCopyDescriptor(sequence: tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1), size: size, kind: kind)
+        let (chunkBytes, total) = copyLength(descriptor)
+        let slot = Int(descriptor.sequence & 1)
+        if tailCopyNewestIsForARewrite { try settleChunkCopy() }
         try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
             let d = b.baseAddress!
             let copy = d + TailCopyDescriptor.size
             copy.copyMemory(from: sealedEnd, byteCount: total)
-            let descriptor = TailCopyDescriptor(sequence: sequence, size: size, kind: kind)
             descriptor.write(into: d)
             try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
+            // Until its chunk is written whole in place (the caller then clears this), the copy
+            // may be the only whole version of that chunk.
+            unconfirmedChunkCopy = kind == .chunk ? (slot, size) : nil
             try checkIO(Sys.pwriteFull(ioFD, d, b.count, layout.tailCopyOffset(slot)), "write the tail copy")
         }
-        tailCopySequence = sequence
-        tailCopyNewestIsForARewrite = kind == .rewrite
+        tailCopySequence = descriptor.sequence
+        tailCopyNewestIsForARewrite = kind != .sync
         // A rewrite's copy is not the end a sync makes durable: the next sync writes its own.
         if kind == .sync { tailCopyStale = false }
+    }
+
+    /// The sequence goes on from the newest complete copy on disk (another process may have written
+    /// one since, in coordinated mode). `sequenceIsCurrent`: the caller has just read it.
+    private func learnTheNewestCopy(sequenceIsCurrent: Bool) throws(SecureFileError) {
+        guard !sequenceIsCurrent else { return }
+        var reread = !tailCopySequenceKnown
+        if !reread && coordinated { reread = try !newestDescriptorIsTheKnownOne() }
+        if reread { _ = try newestCompleteCopy() }
     }
 
     /// Whether the newest descriptor on disk, parsed but not authenticated, has the sequence and
@@ -116,7 +135,7 @@ extension SharedFile {
                 TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b.baseAddress! + $0, count: TailCopyDescriptor.size))
             }
             guard let newest = descriptors.max(by: { $0.sequence < $1.sequence }) else { return false }
-            return newest.sequence == tailCopySequence && (newest.kind == .rewrite) == tailCopyNewestIsForARewrite
+            return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsForARewrite
         }
     }
 
@@ -129,6 +148,8 @@ extension SharedFile {
     /// does not authenticate is never taken. (An append inside the chunk copies the end it makes
     /// instead, from the sealed bytes it is about to write: no read.)
     func writeTailCopyOfTheEndBeforeRewrite() throws(SecureFileError) {
+        try learnTheNewestCopy(sequenceIsCurrent: false)
+        try settleChunkCopy()
         let (_, total) = tailCopyLength(size: diskSize)
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         // Not in the scratch memory: it holds the sealed chunk about to be written.
@@ -137,7 +158,7 @@ extension SharedFile {
             guard got == total else {
                 throw .ace(.badKeyOrCorruptData, "\(path): the file ends before its authenticated end (cut by another process?)")
             }
-            try writeTailCopy(size: diskSize, sealedEnd: b.baseAddress!, kind: .rewrite)
+            try writeTailCopy(size: diskSize, sealedEnd: b.baseAddress!, sequenceIsCurrent: true, kind: .rewrite)
         }
     }
 
@@ -150,6 +171,7 @@ extension SharedFile {
         try sealTailCopy(d, descriptor, slot: 0, copies: d + TailCopyDescriptor.size, chunkBytes: 0)
         tailCopySequence = 0
         tailCopyNewestIsForARewrite = false
+        unconfirmedChunkCopy = nil
         tailCopySequenceKnown = true
         tailCopyStale = false
     }
@@ -178,7 +200,7 @@ extension SharedFile {
             let tag = FileLayout.tagSize
             descriptor.writeAAD(aad.baseAddress!, fileID: fileID, slot: slot,
                                 chunkTag: chunkBytes > 0 ? copies + chunkBytes - tag : nil,
-                                trailerTag: copies + chunkBytes + layout.trailerSize - tag)
+                                trailerTag: descriptor.kind == .chunk ? nil : copies + chunkBytes + layout.trailerSize - tag)
             return try body(UnsafeRawBufferPointer(aad))
         }
     }
@@ -187,9 +209,9 @@ extension SharedFile {
     /// fails here). `s` holds the slot's bytes (`tailCopySlotSize` of them). The copies themselves are
     /// authenticated only when one is taken (`copiesAuthenticate`): an open that finds its end in
     /// place needs no GCM over them.
-    private func tailCopy(in s: UnsafeRawPointer, slot: Int) -> TailCopyDescriptor? {
+    func tailCopy(in s: UnsafeRawPointer, slot: Int) -> TailCopyDescriptor? {
         guard let cipher, let descriptor = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)) else { return nil }
-        let (chunkBytes, _) = tailCopyLength(size: descriptor.size)
+        let (chunkBytes, _) = copyLength(descriptor)
         let copies = s + TailCopyDescriptor.size
         let t = s + TailCopyDescriptor.sealOffset
         guard let context = cipher.context(forSelector: selector(at: t)) else { return nil }
@@ -202,18 +224,20 @@ extension SharedFile {
     }
 
     /// Whether the copies in `slot` (a descriptor that authenticated) authenticate as the last chunk
-    /// and the trailer of a file of its size: one `pread` and two GCM checks, before a copy is taken.
+    /// and the trailer of a file of its size (or, a chunk copy, as the chunk that ends there): one
+    /// `pread` and one or two GCM checks, before a copy is taken.
     private func copiesAuthenticate(_ descriptor: TailCopyDescriptor, slot: Int) throws(SecureFileError) -> Bool {
         guard let cipher else { return false }
-        let (chunkBytes, total) = tailCopyLength(size: descriptor.size)
+        let (chunkBytes, total) = copyLength(descriptor)
         let at = layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)
         return try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (b) throws(SecureFileError) -> Bool in
             let copies = b.baseAddress!
             guard try checkIO(Sys.preadFull(ioFD, copies, total, at), "read the tail copy") == total,
-                  trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return false }
+                  descriptor.kind == .chunk || trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return false }
             guard chunkBytes > 0 else { return true }
             let length = chunkBytes - layout.chunkOverhead
-            let ok = openChunk(copies, index: descriptor.size >> Int64(layout.chunkShift), length: length, into: workBase, cipher: cipher)
+            let index = descriptor.kind == .chunk ? (descriptor.size - 1) >> Int64(layout.chunkShift) : descriptor.size >> Int64(layout.chunkShift)
+            let ok = openChunk(copies, index: index, length: length, into: workBase, cipher: cipher)
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
             return ok
         }
@@ -238,10 +262,10 @@ extension SharedFile {
             // The copy's own bytes must have been read, not the whole slot: a creation torn by a
             // power loss can leave a file that ends right after copy 0 (the header's first write).
             guard let parsed = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)),
-                  got >= slot * slotSize + TailCopyDescriptor.size + tailCopyLength(size: parsed.size).total else { continue }
+                  got >= slot * slotSize + TailCopyDescriptor.size + copyLength(parsed).total else { continue }
             if let d = tailCopy(in: s, slot: slot) {
-                let (chunkBytes, _) = tailCopyLength(size: d.size)
-                let tag = chunkBytes > 0 ? Array(UnsafeRawBufferPointer(start: s + TailCopyDescriptor.size + chunkBytes - FileLayout.tagSize, count: FileLayout.tagSize)) : nil
+                let (chunkBytes, _) = copyLength(d)
+                let tag = chunkBytes > 0 && d.kind != .chunk ? Array(UnsafeRawBufferPointer(start: s + TailCopyDescriptor.size + chunkBytes - FileLayout.tagSize, count: FileLayout.tagSize)) : nil
                 found.append((d, slot, tag))
             }
         }
@@ -266,7 +290,10 @@ extension SharedFile {
             if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c }
         }
         tailCopySequence = newest?.descriptor.sequence ?? 0
-        tailCopyNewestIsForARewrite = newest?.descriptor.kind == .rewrite
+        tailCopyNewestIsForARewrite = newest.map { $0.descriptor.kind != .sync } ?? false
+        // Another process (or this one before it reopened) may have been killed between a chunk
+        // copy and the chunk's rewrite: the copy is settled before anything goes over it.
+        unconfirmedChunkCopy = newest.flatMap { $0.descriptor.kind == .chunk ? ($0.slot, $0.descriptor.size) : nil }
         tailCopySequenceKnown = true
         return newest
     }
@@ -284,7 +311,9 @@ extension SharedFile {
         tailCopiesChecked = true
         let shift = Int64(layout.chunkShift)
         let mask = Int64(chunkSize - 1)
-        let candidates = try tailCopies()
+        // Chunk copies hold no end (`SharedFile+ChunkCopy.swift`).
+        let all = try tailCopies()
+        let candidates = all.filter { $0.descriptor.kind != .chunk }
         var taken: (copy: TailCopyDescriptor, slot: Int)?
         for (i, c) in candidates.enumerated() {
             let copy = c.descriptor
@@ -326,7 +355,8 @@ extension SharedFile {
         // Written back in place before the next copy (`repairTornTailIfNeeded` comes first), which
         // may then go over it if it is a rewrite's.
         tailCopyNewestIsForARewrite = copy.kind == .rewrite
-        tailCopySequenceKnown = true
+        // A newer chunk copy is in the other slot: the next copy goes on from it (re-read).
+        tailCopySequenceKnown = all.first.map { $0.descriptor.kind != .chunk } ?? true
         pendingTailRepair = end
         bytesAfterAuthenticatedEnd = max(0, physical - end)
         tailVerified = true
@@ -355,7 +385,12 @@ extension SharedFile {
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.chunkOffset(index)), "read")
         defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
-        return got == count && openChunk(buf, index: index, length: length, into: workBase, cipher: cipher)
+        guard got == count else { return false }
+        if openChunk(buf, index: index, length: length, into: workBase, cipher: cipher) { return true }
+        // Torn by a kill, its chunk copy whole: it reads.
+        return try openChunkFromCopy(index, length: length, inPlace: buf) {
+            self.openChunk($0, index: index, length: length, into: self.workBase, cipher: cipher)
+        }
     }
 
     /// The last chunk while it is read from a tail copy (nil when the file's size ends a full chunk:

@@ -107,7 +107,8 @@ extension SharedFile {
             // a non-escaping closure lives on the stack, a stored one (and `cacheHolds`, which it
             // changes) would be two heap allocations per call.
             done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1),
-                                length: { self.layout.chunkLength($0, size: newSize) }) { (i: Int64) -> UnsafeRawPointer in
+                                length: { self.layout.chunkLength($0, size: newSize) },
+                                keepsOldBytes: { ($0 == runFirst && firstNeedsOld) || ($0 == lastIndex && lastNeedsOld) }) { (i: Int64) -> UnsafeRawPointer in
                 let start = i << shift
                 if covered(i) { return buffer.map { $0 + Int(start - offset) } ?? zeros }
                 let hasOld = (i == runFirst && firstNeedsOld) || (i == lastIndex && lastNeedsOld)
@@ -179,10 +180,11 @@ extension SharedFile {
         try readChunksFromDisk(first: index, count: 1) { _ in target }
     }
 
-    /// Seals chunks `first..<first+count` (plaintext from `source`, length from `length`) and writes
-    /// them in batches; a batch that reaches the end carries the new trailer in the
-    /// same call. Returns how many chunks were written: all, unless services lock between batches.
-    func writeRun(first: Int64, count: Int, length: (Int64) -> Int,
+    /// Seals chunks `first..<first+count` (plaintext from `source`, length from `length`; those for
+    /// which `keepsOldBytes` is true are rewritten in part) and writes them in batches; a batch that
+    /// reaches the end carries the new trailer in the same call. Returns how many chunks were
+    /// written: all, unless services lock between batches.
+    func writeRun(first: Int64, count: Int, length: (Int64) -> Int, keepsOldBytes: (Int64) -> Bool,
                   source: (Int64) -> UnsafeRawPointer) throws(SecureFileError) -> Int {
         precondition(first <= diskChunks, "chunks must be contiguous with the disk")
         guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
@@ -235,27 +237,16 @@ extension SharedFile {
                 }
                 do {
                     try prepareBatchWrite(split: split, lastIndex: lastIndex)
-                    // A kill can cut a write between pages. In a version 4 file a one-chunk batch
-                    // that rewrites the short last chunk in place across two pages gets a tail copy
-                    // first — of the end the batch makes (its own sealed bytes) when a copy can
-                    // hold it, else of the end as it is — and then, like a one-chunk batch that
-                    // lies in one page, needs no split. (Full chunks are not covered: FORMAT.md.)
-                    let oneChunkInVersion4 = layout.hasTailCopies && k == 1
-                    let mask = Int64(chunkSize - 1)
-                    let copiedFirst = oneChunkInVersion4 && lastIndex == diskChunks - 1 && diskSize & mask != 0
-                        && !Self.withinOnePage(start, min(Int64(bytes), oldEnd - start))
-                    if copiedFirst {
-                        if touchesEnd && newDiskSize & mask != 0 {
-                            try writeTailCopy(size: newDiskSize, sealedEnd: buf, kind: .rewrite)
-                        } else {
-                            try writeTailCopyOfTheEndBeforeRewrite()
-                        }
-                    }
-                    if split > 0 && !(oneChunkInVersion4 && (copiedFirst || Self.withinOnePage(start, Int64(bytes)))) {
-                        try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write")
-                        try checkIO(Sys.pwriteFull(ioFD, buf, split, start), "write")
+                    // A kill can cut a write between pages: a version 4 file copies first what it
+                    // could tear (SharedFile+ChunkCopy.swift).
+                    if !layout.hasTailCopies {
+                        if split > 0 { try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write") }
+                        try checkIO(Sys.pwriteFull(ioFD, buf, split > 0 ? split : bytes, start), "write")
+                    } else if !touchesEnd {
+                        try writeInPlace(buf, bytes: bytes, first: i, chunks: k, keepsOldBytes: keepsOldBytes)
                     } else {
-                        try checkIO(Sys.pwriteFull(ioFD, buf, bytes, start), "write")
+                        try writeMovingTheEnd(buf, bytes: bytes, split: split, first: i, chunks: k, newDiskSize: newDiskSize,
+                                              keepsOldBytes: keepsOldBytes)
                     }
                 } catch {
                     readCacheDrop(from: i)

@@ -77,9 +77,12 @@ final class SharedFile: @unchecked Sendable {
     /// The newest tail copy's sequence number on disk, as far as this process knows (version 4:
     /// `SharedFile+TailCopy.swift`); the next copy gets the next number and the other slot.
     var tailCopySequence: UInt64 = 0
-    /// The copy with `tailCopySequence` is a rewrite's (kind 2): the next copy goes over it, not
-    /// over the sync's copy in the other slot.
+    /// The copy with `tailCopySequence` is a rewrite's or a chunk copy (kind 2 or 3): the next copy
+    /// goes over it, not over the sync's copy in the other slot.
     var tailCopyNewestIsForARewrite = false
+    /// The newest copy is a chunk copy (kind 3: its slot, and where its chunk ends) whose chunk is not
+    /// known to be whole in place: it is settled (`settleChunkCopy`) before a copy goes over it.
+    var unconfirmedChunkCopy: (slot: Int, end: Int64)?
     /// `tailCopySequence` was read from disk (at the first copy this state writes) or set by a write.
     var tailCopySequenceKnown = false
     /// The file changed at or after its last chunk since the newest tail copy: the next sync writes

@@ -382,6 +382,12 @@ struct CrashShape {
         CrashShape("overwrite-across-end", 5000, .write, 3000, 4000),
         CrashShape("overwrite-across-aligned-end", 8192, .write, 6000, 8000),
         CrashShape("overwrite-inside", 20000, .write, 3000, 9000),
+        // Chunks rewritten in part across two pages get a chunk copy first (the last short chunk
+        // of the first shape a rewrite's tail copy too, after its first chunk is down).
+        CrashShape("overwrite-across-end-across-pages", 7996, .write, 3000, 5000),
+        CrashShape("overwrite-inside-one-chunk", 20000, .write, 5000, 100),
+        CrashShape("overwrite-across-two-chunks", 20000, .write, 8100, 200),
+        CrashShape("coordinated-overwrite-inside-one-chunk", 20000, .sharedWrite, 5000, 100),
         CrashShape("shrink-inside-middle-chunk", 10000, .truncate, 5000, 0),
         CrashShape("shrink-at-chunk-boundary", 10000, .truncate, 4096, 0),
         CrashShape("shrink-aligned-from-large", 50000, .truncate, 12288, 0),

@@ -21,7 +21,8 @@ final class TailCopyTests: XCTestCase {
 
     /// Creation writes copy 0 (size 0) into slot 0; each sync that changed the end writes the next
     /// sequence into the other slot; a sync with nothing changed, or after overwrites that left the
-    /// end alone, writes nothing.
+    /// end alone, writes nothing (such an overwrite, of a chunk in part, writes a chunk copy into
+    /// the other slot first, which the next sync's copy goes over).
     func testEachSyncCopiesTheEndIntoTheSlotTheNewestCopyIsNotIn() throws {
         let env = try TestEnvironment()
         let path = env.path("slots")
@@ -36,13 +37,20 @@ final class TailCopyTests: XCTestCase {
         let before = readWholeFile(path)
         try f.sync()
         _ = try f.pwrite([1, 2, 3], at: 100)  // chunk 0: the end (chunk 2) is not touched
+        XCTAssertEqual(kindedDescriptor(path, 0)?.0, .chunk, "a chunk copy of chunk 0 before its rewrite in place")
+        XCTAssertEqual(descriptor(path, 0)?.0, 2)
+        XCTAssertEqual(descriptor(path, 0)?.1, 4096, "where the copied chunk ends")
+        let withChunkCopy = readWholeFile(path)
         try f.datasync()
-        var after = readWholeFile(path)
-        after.replaceSubrange(Int(layout.chunkOffset(0))..<Int(layout.chunkOffset(1)), with: before[Int(layout.chunkOffset(0))..<Int(layout.chunkOffset(1))])
-        XCTAssertEqual(after, before, "no copy written when the end did not change")
+        XCTAssertEqual(readWholeFile(path), withChunkCopy, "no copy written when the end did not change")
+        var after = withChunkCopy
+        for range in [Int(layout.chunkOffset(0))..<Int(layout.chunkOffset(1)), Int(layout.tailCopyOffset(0))..<Int(layout.tailCopyOffset(1))] {
+            after.replaceSubrange(range, with: before[range])
+        }
+        XCTAssertEqual(after, before, "the overwrite changed chunk 0 and slot 0 alone")
         _ = try f.pwrite(plaintext(100), at: 10_000)
         try f.sync()
-        XCTAssertEqual(descriptor(path, 0)?.0, 2)
+        XCTAssertEqual(descriptor(path, 0)?.0, 4, "over the chunk copy")
         XCTAssertEqual(descriptor(path, 0)?.1, 10_100)
         XCTAssertEqual(descriptor(path, 1)?.1, 10_000, "the previous copy stays until the next sync")
         try f.close()

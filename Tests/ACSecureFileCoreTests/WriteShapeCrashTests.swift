@@ -40,8 +40,10 @@ final class WriteShapeCrashTests: XCTestCase {
     /// The contents a crash may leave: the file before the operation, after it, and the states in
     /// between that are a short write of it — an emptied file (an O_TRUNC open that completed), the
     /// file grown to a chunk boundary with the new bytes below it (a growth's first run or batch),
-    /// cut to a chunk boundary (a cut inside a chunk's first step). `changed` is what the operation writes.
-    /// A state between is the first `count` bytes of `of` (the old or the new content).
+    /// cut to a chunk boundary (a cut inside a chunk's first step), the call's bytes up to a chunk
+    /// boundary inside the old length (a kill that tore the rewrite of that boundary's next chunk,
+    /// whose chunk copy, or old bytes, the next chunk reads). `changed` is what the operation writes.
+    /// A state between is the first `count` bytes of `of`.
     func states(_ s: Shape) -> (old: [UInt8], new: [UInt8], between: [(count: Int, of: [UInt8])], changed: Range<Int>) {
         let old = (0..<s.before).map { crashPattern(0, $0) }
         let data = (0..<s.count).map { crashPattern(1, $0) }
@@ -57,6 +59,13 @@ final class WriteShapeCrashTests: XCTestCase {
             new = old
             if new.count < s.offset + s.count { new += [UInt8](repeating: 0, count: s.offset + s.count - new.count) }
             new.replaceSubrange(s.offset..<s.offset + s.count, with: data)
+            var b = (s.offset / Self.chunk + 1) * Self.chunk
+            while b < s.offset + s.count && b <= old.count {
+                var prefix = old
+                prefix.replaceSubrange(s.offset..<b, with: data[0..<b - s.offset])
+                between.append((old.count, prefix))
+                b += Self.chunk
+            }
         }
         let base = s.kind == "trunc-write" ? [] : old
         if new.count > base.count {
@@ -82,13 +91,15 @@ final class WriteShapeCrashTests: XCTestCase {
     /// the states above, every chunk of it authenticates and reads as that state, bytes after its
     /// end are reported, and it accepts a change. Otherwise (a torn `pwrite`, as a power loss may
     /// leave) a chunk may fail if the call changed any byte of it (docs/FORMAT.md "What a crash can cost").
+    /// `wholeChunksMayFail` (a kill's tear): strict, except that a chunk the call rewrites whole may
+    /// fail (all its bytes are the call's; no copy covers it: FORMAT.md).
     /// `tornAcrossOldEnd`: the torn `pwrite` rewrote the last chunk and wrote the new trailer in one
     /// call (a version 4 file does when they lie in one page, which a kill never cuts:
     /// `SharedFile.withinOnePage`). A power loss tears that chunk's pages as they are written
     /// back whichever calls wrote them, so the file may also be back at its last sync, visibly: the
     /// empty file its creation synced.
     func verify(_ path: BytePath, _ s: Shape, services: SecureServices, strict: Bool, tornAcrossOldEnd: Bool = false,
-                label: String) -> [String] {
+                wholeChunksMayFail: Bool = false, label: String) -> [String] {
         let (old, new, statesBetween, changed) = states(s)
         var between = statesBetween
         // A creation killed before the file got its name leaves no file, as before the call; never a 0-byte one.
@@ -134,7 +145,8 @@ final class WriteShapeCrashTests: XCTestCase {
             } catch let e as SecureFileError {
                 // The chunk as a whole: its rewrite may be torn before the end moved.
                 let anyChanged = changed.lowerBound < lo + Self.chunk && lo < changed.upperBound
-                if strict || e.code != .badKeyOrCorruptData || !anyChanged {
+                let allChanged = changed.lowerBound <= lo && lo + Self.chunk <= changed.upperBound
+                if (strict && !(wholeChunksMayFail && allChanged)) || e.code != .badKeyOrCorruptData || !anyChanged {
                     problems.append("\(label): chunk \(c) [\(lo)..<\(hi)) fails (\(e.code.name): \(e.message)) inside the length \(size) (the call changed \(changed))")
                 }
             } catch { problems.append("\(label): \(error)") }
@@ -205,10 +217,11 @@ final class WriteShapeCrashTests: XCTestCase {
                     if acrossOldEnd { tearsAcrossOldEnd += 1 }
                     // Cut at a page boundary: what a kill does (Linux stops a write between pages).
                     let atPage = torn.map { $0.count == 2 && ($0[0] / 512 + Int64(sectors)) * 512 % 4096 == 0 } ?? false
-                    let killTear = atPage && !Self.tornByKillsInPlace.contains(s.name)
+                    let killTear = atPage
                     if killTear { killTears += 1 }
                     let label = "\(s.name), call \(killAt) torn after \(sectors) sector(s)\(killTear ? " (a page boundary: a kill's tear)" : "")"
-                    let problems = verify(file, s, services: env.services, strict: killTear, tornAcrossOldEnd: acrossOldEnd && !killTear, label: label)
+                    let problems = verify(file, s, services: env.services, strict: killTear, tornAcrossOldEnd: acrossOldEnd && !killTear,
+                                          wholeChunksMayFail: killTear, label: label)
                     XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
                     sectors += 1
                 }
@@ -218,12 +231,6 @@ final class WriteShapeCrashTests: XCTestCase {
         XCTAssertGreaterThan(tearsAcrossOldEnd, 0, "no append wrote its chunk and trailer in one call")
         XCTAssertGreaterThan(killTears, 5, "no write torn at a page boundary")
     }
-
-    /// Shapes that partially rewrite a chunk other than the last one in place: a kill that tears
-    /// such a rewrite between its two pages loses that chunk (docs/FORMAT.md "What a crash can
-    /// cost"; no copy covers it yet: issue 24 item 4's journal). Every other shape must come
-    /// through a tear at a page boundary as through a kill between system calls.
-    static let tornByKillsInPlace: Set<String> = ["overwrite-inside", "overwrite-across-end", "overwrite-across-aligned-end"]
 
     /// Write-back buffering keeps data in memory until flush; a normal exit() writes it: a run of
     /// a few chunks (10,000 bytes), and runs written along the way then a last partial one (150,000).

@@ -1,0 +1,167 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ACCrypto
+import ACSystemCalls
+
+/// Chunk copies (version 4, kind 3; docs/FORMAT.md "A chunk copy"): what keeps a kill from tearing
+/// a chunk that an overwrite rewrites in part.
+///
+/// Every chunk is 2^s + 32 bytes on disk, so rewriting one in place spans two pages, and Linux
+/// stops a `write` between two pages when SIGKILL is pending: the chunk is then half new, half old,
+/// and fails authentication, with the bytes earlier calls wrote to it. So before an overwrite
+/// rewrites, across two pages, a chunk whose old bytes it keeps in part, it writes that chunk as
+/// it is about to seal it in place into the slot the newest sync's copy is not in. A reader that
+/// finds the chunk failing in place takes the copy when the copy's head — key selector and nonce,
+/// fresh for every write — is the one in place: the torn write is the copy's. A stale copy (of an
+/// earlier write of the chunk) never has the head of a later write, so nothing has to invalidate
+/// it. The copy stays valid until its chunk is whole in place: the writer knows that when its
+/// `pwrite` returns; anyone else (a process after a kill) checks the chunk, and writes the copy
+/// back if it is torn, before a copy goes over it (`settleChunkCopy`).
+extension SharedFile {
+    /// Writes the sealed chunks of an overwrite inside the file (`bytes` bytes at `buf`: `k` chunks
+    /// from `first`, no trailer) in place. The batch's first and last chunk, when they keep old bytes
+    /// (`keepsOldBytes`) and span two pages, each get a chunk copy first; when both do, the first is
+    /// written alone before the second's copy. Whole chunks in between are all the call's bytes.
+    func writeInPlace(_ buf: UnsafeRawPointer, bytes: Int, first: Int64, chunks k: Int,
+                      keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
+        let physical = layout.physicalChunkSize
+        let start = layout.chunkOffset(first)
+        func needsCopy(_ j: Int) -> Bool {
+            let count = j == k - 1 ? bytes - j * physical : physical
+            return layout.hasTailCopies && keepsOldBytes(first + Int64(j))
+                && !Self.withinOnePage(start + Int64(j * physical), Int64(count))
+        }
+        let firstNeedsCopy = needsCopy(0)
+        let lastNeedsCopy = k > 1 && needsCopy(k - 1)
+        var from = 0
+        if firstNeedsCopy {
+            let count = k == 1 ? bytes : physical
+            try writeChunkCopy(buf, index: first, sealedBytes: count)
+            if lastNeedsCopy {
+                try checkIO(Sys.pwriteFull(ioFD, buf, count, start), "write")
+                unconfirmedChunkCopy = nil
+                from = count
+            }
+        }
+        if lastNeedsCopy {
+            let at = (k - 1) * physical
+            try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at)
+        }
+        try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
+        unconfirmedChunkCopy = nil
+    }
+
+    /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks
+    /// from `first`, then the trailer for `newDiskSize`; `split` > 0: the first `split` bytes lie
+    /// before the old end) in the write order of docs/FORMAT.md ("Write order": beyond the old
+    /// end first, then before it), copying first what a kill could tear:
+    /// - the old short last chunk, when its rewrite in place spans two pages: a rewrite's tail
+    ///   copy (of the end the batch makes, from its sealed bytes, or when that end is a full chunk
+    ///   of the end as it is); a one-chunk batch then goes in one `pwrite`, as does one that lies in
+    ///   one page (a kill never cuts it), while one whose part before the old end lies in one page
+    ///   keeps the split, whole at every kill;
+    /// - the batch's first chunk, when it is a full chunk rewritten in part across two pages (an
+    ///   overwrite across the end): a chunk copy. When both are copied, the first chunk is written
+    ///   alone, before the end's copy goes over its own.
+    func writeMovingTheEnd(_ buf: UnsafeRawPointer, bytes: Int, split: Int, first: Int64, chunks k: Int, newDiskSize: Int64,
+                           keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
+        let physical = layout.physicalChunkSize
+        let start = layout.chunkOffset(first)
+        let lastIndex = first + Int64(k) - 1
+        let oldEnd = layout.physicalSize(forPlaintextSize: diskSize)
+        let mask = Int64(chunkSize - 1)
+        let lastStart = layout.chunkOffset(lastIndex)
+        let copiesTheEnd = lastIndex == diskChunks - 1 && diskSize & mask != 0 && !Self.withinOnePage(lastStart, oldEnd - lastStart)
+        let copiesTheFirst = k > 1 && first < diskSize >> Int64(layout.chunkShift) && keepsOldBytes(first)
+            && !Self.withinOnePage(start, Int64(physical))
+        func copyTheEnd() throws(SecureFileError) {
+            if newDiskSize & mask != 0 {
+                try writeTailCopy(size: newDiskSize, sealedEnd: buf + (k - 1) * physical, kind: .rewrite)
+            } else {
+                try writeTailCopyOfTheEndBeforeRewrite()
+            }
+        }
+        func write(_ from: Int, _ to: Int) throws(SecureFileError) {
+            try checkIO(Sys.pwriteFull(ioFD, buf + from, to - from, start + Int64(from)), "write")
+        }
+        if copiesTheFirst { try writeChunkCopy(buf, index: first, sealedBytes: physical) }
+        if k == 1 && copiesTheEnd {
+            try copyTheEnd()
+            try write(0, bytes)
+        } else if split == 0 || (k == 1 && Self.withinOnePage(start, Int64(bytes))) {
+            try write(0, bytes)
+        } else if copiesTheFirst && copiesTheEnd {
+            try write(split, bytes)
+            try write(0, physical)
+            unconfirmedChunkCopy = nil
+            try copyTheEnd()
+            try write(physical, split)
+        } else {
+            if copiesTheEnd { try copyTheEnd() }
+            try write(split, bytes)
+            try write(0, split)
+        }
+        unconfirmedChunkCopy = nil
+    }
+
+    /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy.
+    private func writeChunkCopy(_ sealed: UnsafeRawPointer, index: Int64, sealedBytes: Int) throws(SecureFileError) {
+        let end = index << Int64(layout.chunkShift) + Int64(sealedBytes - layout.chunkOverhead)
+        try writeTailCopy(size: end, sealedEnd: sealed, kind: .chunk)
+    }
+
+    /// Opens chunk `index` (`length` plaintext bytes) from a chunk copy, after it failed in place
+    /// (`inPlace`: its sealed bytes as read there), when the copy is of the write that left it so:
+    /// a chunk copy of that chunk, of that length, with the head in place, its descriptor
+    /// authentic. `open` opens sealed bytes as chunk `index` (with the caller's keys, into its
+    /// destination): the copy authenticates as the chunk itself. False when no copy is.
+    func openChunkFromCopy(_ index: Int64, length: Int, inPlace: UnsafeRawPointer,
+                           open: (UnsafeRawPointer) -> Bool) throws(SecureFileError) -> Bool {
+        guard layout.hasTailCopies, hasHeader, cipher != nil else { return false }
+        let end = index << Int64(layout.chunkShift) + Int64(length)
+        let head = layout.selectorSize + FileLayout.nonceSize
+        let slotSize = layout.tailCopySlotSize
+        // Not the scratch memory: `inPlace` may be in it.
+        return try withUnsafeTemporaryAllocation(byteCount: 2 * slotSize, alignment: 16) { (b) throws(SecureFileError) -> Bool in
+            let base = b.baseAddress!
+            let got = try checkIO(Sys.preadFull(ioFD, base, 2 * slotSize, layout.tailCopyOffset(0)), "read the chunk copies")
+            for slot in 0..<2 where got >= slot * slotSize + TailCopyDescriptor.size + length + layout.chunkOverhead {
+                let s = base + slot * slotSize
+                let copy = s + TailCopyDescriptor.size
+                guard let parsed = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)),
+                      parsed.kind == .chunk, parsed.size == end, memcmp(copy, inPlace, head) == 0,
+                      tailCopy(in: s, slot: slot) != nil else { continue }
+                if open(copy) { return true }
+            }
+            return false
+        }
+    }
+
+    /// Before a copy goes over the newest copy when that is a chunk copy whose chunk is not known
+    /// to be whole in place (its writer was killed, or its `pwrite` failed): if the chunk fails in
+    /// place with the copy's head, the copy is written back in place first. A chunk the file no
+    /// longer has at that length (cut or grown since) needs nothing.
+    func settleChunkCopy() throws(SecureFileError) {
+        guard let (slot, end) = unconfirmedChunkCopy else { return }
+        guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
+        let index = (end - 1) >> Int64(layout.chunkShift)
+        let length = layout.chunkLength(index, size: end)
+        let count = length + layout.chunkOverhead
+        if index < diskChunks, layout.chunkLength(index, size: diskSize) == length {
+            let at = layout.chunkOffset(index)
+            try withUnsafeTemporaryAllocation(byteCount: 2 * count, alignment: 16) { (b) throws(SecureFileError) in
+                let inPlace = b.baseAddress!, copy = inPlace + count
+                defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+                guard try checkIO(Sys.preadFull(ioFD, inPlace, count, at), "read") == count,
+                      !openChunk(inPlace, index: index, length: length, into: workBase, cipher: cipher),
+                      try checkIO(Sys.preadFull(ioFD, copy, count, layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)),
+                                  "read the chunk copy") == count,
+                      memcmp(copy, inPlace, layout.selectorSize + FileLayout.nonceSize) == 0,
+                      openChunk(copy, index: index, length: length, into: workBase, cipher: cipher) else { return }
+                try checkIO(Sys.pwriteFull(ioFD, copy, count, at), "write the chunk copy back")
+            }
+        }
+        unconfirmedChunkCopy = nil
+    }
+}

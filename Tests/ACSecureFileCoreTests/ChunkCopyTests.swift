@@ -1,0 +1,201 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACSecureServices
+import ACSecureTestSupport
+@testable import ACSecureFileCore
+
+/// Chunk copies (format version 4, kind 3; docs/FORMAT.md "A chunk copy"): an overwrite that
+/// rewrites a chunk in part across two pages writes that chunk into a slot first, so a kill that
+/// cuts the rewrite between its pages leaves a chunk that reads. The kill sweeps
+/// (`WriteShapeCrashTests`, `Benchmarks/c/kill-tear.c` in the C suite) check the promise; these
+/// pin the mechanism: which writes get a copy, that a torn chunk reads from it on every path, that
+/// a stale copy is never taken, and that a copy is written back before anything goes over it.
+final class ChunkCopyTests: XCTestCase {
+    let layout = FileLayout()
+    let page = 4096
+
+    func plaintext(_ n: Int, _ seed: Int = 0) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ seed) } }
+
+    func kindedDescriptor(_ path: String, _ slot: Int) -> (TailCopyDescriptor.Kind, UInt64, Int64)? {
+        let bytes = readWholeFile(path)
+        let at = Int(layout.tailCopyOffset(slot))
+        guard bytes.count >= at + TailCopyDescriptor.size else { return nil }
+        return bytes[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }.map { ($0.kind, $0.sequence, $0.size) }
+    }
+
+    /// The `pwrite`s (offset, count) of `body`.
+    func pwrites(_ body: () throws -> Void) rethrows -> [(offset: Int64, count: Int)] {
+        final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
+        let writes = Writes()
+        SecureFileTesting.transferFaultInjector = { call, count, offset in
+            if call == .pwrite { writes.list.append((offset, count)) }
+            return nil
+        }
+        defer { SecureFileTesting.transferFaultInjector = nil }
+        try body()
+        return writes.list
+    }
+
+    /// What a kill leaves when it stops the in-place rewrite of chunk `index` at its first page
+    /// boundary: the chunk's bytes before it as `after` has them, from it on as `before` had them.
+    func tornAtAPage(_ index: Int64, before: [UInt8], after: [UInt8]) -> [UInt8] {
+        let start = Int(layout.chunkOffset(index))
+        let boundary = (start / page + 1) * page
+        let end = min(start + layout.physicalChunkSize, before.count)
+        precondition(boundary < end, "chunk \(index) lies in one page")
+        var torn = after
+        torn.replaceSubrange(boundary..<end, with: before[boundary..<end])
+        return torn
+    }
+
+    /// Which writes copy a chunk first: a chunk rewritten in part (each of the two an overwrite
+    /// keeps old bytes of), never a chunk rewritten whole, never a version 3 file (no slots).
+    func testAnOverwriteCopiesEachChunkItRewritesInPartFirst() throws {
+        let env = try TestEnvironment()
+        let path = env.path("shapes")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try f.pwrite(plaintext(40_900), at: 0)  // its short last chunk spans two pages
+        let slots = [layout.tailCopyOffset(0), layout.tailCopyOffset(1)]
+        func isChunk(_ w: (offset: Int64, count: Int), _ first: Int64, _ count: Int) -> Bool {
+            w.offset == layout.chunkOffset(first) && w.count == count * layout.physicalChunkSize
+        }
+
+        var w = try pwrites { _ = try f.pwrite([1, 2, 3], at: 3 * 4096 + 100) }
+        XCTAssertEqual(w.count, 2, "\(w)")
+        XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 3, 1), "inside one chunk: its copy, then the chunk: \(w)")
+        let newest = [kindedDescriptor(path, 0), kindedDescriptor(path, 1)].compactMap { $0 }.max { $0.1 < $1.1 }
+        XCTAssertEqual(newest?.0, .chunk)
+        XCTAssertEqual(newest?.2, 4 * 4096, "the descriptor says where the copied chunk ends")
+
+        w = try pwrites { _ = try f.pwrite(plaintext(100, 1), at: 5 * 4096 - 50) }
+        XCTAssertEqual(w.count, 4, "\(w)")
+        if w.count == 4 {
+            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 4, 1) && slots.contains(w[2].offset) && isChunk(w[3], 5, 1),
+                          "across two chunks: each one's copy before it: \(w)")
+            XCTAssertEqual(w[0].offset, w[2].offset, "the second copy goes over the first (not over the sync's slot)")
+        }
+
+        w = try pwrites { _ = try f.pwrite(plaintext(9000, 2), at: 3000) }
+        XCTAssertEqual(w.count, 4, "\(w)")
+        if w.count == 4 {
+            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 0, 1) && slots.contains(w[2].offset) && isChunk(w[3], 1, 2),
+                          "the first chunk alone, then the whole chunk with the last: \(w)")
+        }
+
+        w = try pwrites { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }
+        XCTAssertEqual(w.count, 1, "whole chunks are all the call's bytes: no copy: \(w)")
+
+        w = try pwrites { _ = try f.pwrite([9], at: 40_890) }
+        XCTAssertEqual(w.count, 2, "inside the short last chunk: \(w)")
+        XCTAssertTrue(slots.contains(w[0].offset), "\(w)")
+        XCTAssertEqual(try f.pread(count: 40_900, at: 0).count, 40_900)
+        try f.close()
+
+        let v3 = env.path("v3")
+        writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
+        let g = try SecureFile.open(v3, flags: O_RDWR, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))
+        XCTAssertGreaterThan(try g.size, 4096)
+        w = try pwrites { _ = try g.pwrite([1, 2, 3], at: 100) }
+        XCTAssertEqual(w.count, 1, "a version 3 file has no slots: \(w)")
+        try g.close()
+    }
+
+    /// A kill that cut the rewrite between its pages: the chunk reads as the call made it, on the
+    /// exclusive path and the concurrent one (which hands it to the exclusive path), the end is the
+    /// file's own (nothing reported as restored), and the file takes changes. The same for the
+    /// last chunk, full or short, which the end check at open reads: the last sync's copy, of a
+    /// shorter end in that chunk, must not be taken for it.
+    func testAChunkTornByAKillReadsFromItsCopy() throws {
+        let env = try TestEnvironment()
+        for (size, index) in [(40_000, Int64(3)), (12_288, Int64(2)), (11_992, Int64(2))] {
+            let path = env.path("torn-\(size)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+            _ = try f.pwrite(Array(plaintext(size)[0..<size - 1000]), at: 0)
+            try f.sync()
+            _ = try f.pwrite(Array(plaintext(size)[size - 1000..<size]), at: Int64(size - 1000))
+            var expected = plaintext(size)
+            let before = readWholeFile(path)
+            let at = Int(index) * 4096 + 500
+            _ = try f.pwrite(plaintext(300, 9), at: Int64(at))
+            expected.replaceSubrange(at..<at + 300, with: plaintext(300, 9))
+            try f.close()
+            let torn = tornAtAPage(index, before: before, after: readWholeFile(path))
+            XCTAssertNotEqual(torn, readWholeFile(path))
+            writeWholeFile(path, torn)
+
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            XCTAssertEqual(try g.size, Int64(size), "\(size)")
+            XCTAssertFalse(try g.endRestoredFromTailCopy, "\(size)")
+            XCTAssertEqual(try g.bytesAfterAuthenticatedEnd, 0, "\(size)")
+            XCTAssertEqual(try g.pread(count: 4096, at: index << 12), Array(expected[Int(index) * 4096..<min(size, Int(index + 1) * 4096)]),
+                           "\(size): the torn chunk, on the concurrent path")
+            XCTAssertEqual(try g.readAll(), expected, "\(size)")
+            _ = try g.pwrite([7], at: Int64(size))
+            expected.append(7)
+            try g.close()
+            let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try h.readAll(), expected, "\(size): after an append")
+            try h.close()
+        }
+    }
+
+    /// A copy is of one write: taken only when the head in place (selector and nonce, fresh for
+    /// every write) is the copy's. A chunk rewritten whole since (no copy), then damaged, fails:
+    /// the copy's older version is never returned for it.
+    func testAStaleChunkCopyIsNeverTaken() throws {
+        let env = try TestEnvironment()
+        let path = env.path("stale")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try f.pwrite(plaintext(20_000), at: 0)
+        _ = try f.pwrite([1, 2, 3], at: 4096 + 10)  // chunk 1 in part: its copy
+        _ = try f.pwrite(plaintext(4096, 5), at: 4096)  // chunk 1 whole: no copy
+        try f.close()
+        var bytes = readWholeFile(path)
+        let middle = Int(layout.chunkOffset(1)) + 2000
+        bytes[middle] ^= 0x40
+        writeWholeFile(path, bytes)
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertThrowsError(try g.pread(count: 4096, at: 4096)) { error in
+            XCTAssertEqual((error as? SecureFileError)?.code, .badKeyOrCorruptData)
+        }
+        XCTAssertEqual(try g.pread(count: 4096, at: 0), Array(plaintext(20_000)[0..<4096]))
+        try g.close()
+    }
+
+    /// A torn chunk whose copy is the newest (its writer was killed) is written back in place
+    /// before another copy goes over the slot: by an overwrite of another chunk, and by a sync
+    /// after an append.
+    func testAChunkCopyIsWrittenBackBeforeACopyGoesOverIt() throws {
+        let env = try TestEnvironment()
+        for next in ["overwrite", "sync"] {
+            let path = env.path("settle-\(next)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+            _ = try f.pwrite(plaintext(30_000), at: 0)
+            try f.sync()
+            var expected = plaintext(30_000)
+            let before = readWholeFile(path)
+            _ = try f.pwrite(plaintext(200, 3), at: 2 * 4096 + 1000)
+            expected.replaceSubrange(2 * 4096 + 1000..<2 * 4096 + 1200, with: plaintext(200, 3))
+            try f.close()
+            writeWholeFile(path, tornAtAPage(2, before: before, after: readWholeFile(path)))
+
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            if next == "overwrite" {
+                _ = try g.pwrite([4, 5], at: 5 * 4096 + 7)
+                expected.replaceSubrange(5 * 4096 + 7..<5 * 4096 + 9, with: [4, 5])
+            } else {
+                _ = try g.pwrite([6], at: 30_000)
+                expected.append(6)
+                try g.sync()
+            }
+            try g.close()
+            let descriptors = [kindedDescriptor(path, 0), kindedDescriptor(path, 1)].compactMap { $0 }
+            XCTAssertFalse(descriptors.contains { $0.0 == .chunk && $0.2 == 3 * 4096 }, "\(next): the copy of chunk 2 was written over")
+            let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try h.readAll(), expected, "\(next): chunk 2 was written back before its copy went")
+            try h.close()
+        }
+    }
+}
