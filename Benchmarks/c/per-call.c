@@ -2,7 +2,8 @@
  * medians (docs/BENCHMARKS.md "Per-call costs"): 100 B and 512 B O_APPEND writes to a new file,
  * O_APPEND writevs of a 16-byte header and a 100-byte record (a log's shape),
  * 4 KiB pread and in-place pwrite at random chunk-aligned offsets of a 16 MiB file, the last two
- * also in coordinated mode (ACSECURE_OPEN_SHARED). To compare two builds of the library, run it
+ * also in coordinated mode (ACSECURE_OPEN_SHARED), and in-place pwrites that rewrite chunks in part
+ * (docs/BENCHMARKS.md "Chunk copies"): 100 B at random byte offsets, 4 KiB halfway into a chunk. To compare two builds of the library, run it
  * alternately with LD_LIBRARY_PATH pointing at each and take the medians of the ratios.
  * usage: per-call DIR [ROUNDS [CALLS]]  (cc -O2 per-call.c $(pkg-config --cflags --libs acsecurefile);
  * environment: ACSECURE_HOME, ACSECURE_APP_ID as for Examples/c) */
@@ -16,9 +17,10 @@
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
 
-enum { PLAIN, ENGINE, COORDINATED, CONTENDERS, WORKLOADS = 5, MAX_ROUNDS = 64, FILE_CHUNKS = 4096 };
+enum { PLAIN, ENGINE, COORDINATED, CONTENDERS, WORKLOADS = 7, MAX_ROUNDS = 64, FILE_CHUNKS = 4096 };
 static const char *contenderNames[CONTENDERS] = { "plain", "engine", "engine-mp" };
-static const char *workloadNames[WORKLOADS] = { "append 100 B", "append 512 B", "pread 4 KiB", "pwrite 4 KiB", "writev 16+100" };
+static const char *workloadNames[WORKLOADS] = { "append 100 B", "append 512 B", "pread 4 KiB", "pwrite 4 KiB", "writev 16+100",
+                                                "pwrite 100 B", "pwrite 4K+2K" };
 static char buffer[65536];
 static const char *dir;
 
@@ -66,18 +68,20 @@ static double headerAndRecord(int c, long calls) {
     return t / calls * 1e6;
 }
 
-/* µs per 4 KiB pread or pwrite at random chunk-aligned offsets (the same for every contender). */
-static double randomIO(int c, int writing, long calls) {
+/* µs per pread or pwrite of `size` bytes at random offsets (the same for every contender): chunk-aligned
+ * plus `into` bytes, or (`into` < 0) at any byte of the file. */
+static double randomIO(int c, int writing, size_t size, long into, long calls) {
     int fd = openAs(c, "data", O_RDWR);
     if (fd < 0) fail("open");
     unsigned seed = 12345;
     double t0 = now();
     for (long i = 0; i < calls; i++) {
         seed = seed * 1103515245u + 12345u;
-        off_t offset = (off_t)((seed >> 8) % FILE_CHUNKS) * 4096;
-        ssize_t n = writing ? (c == PLAIN ? pwrite(fd, buffer, 4096, offset) : ACSecureFilePwrite(fd, buffer, 4096, offset))
-                            : (c == PLAIN ? pread(fd, buffer, 4096, offset) : ACSecureFilePread(fd, buffer, 4096, offset));
-        if (n != 4096) fail(writing ? "pwrite" : "pread");
+        off_t offset = into < 0 ? (off_t)((seed >> 4) % (FILE_CHUNKS * 4096u - size))
+                                : (off_t)((seed >> 8) % (FILE_CHUNKS - 1)) * 4096 + into;
+        ssize_t n = writing ? (c == PLAIN ? pwrite(fd, buffer, size, offset) : ACSecureFilePwrite(fd, buffer, size, offset))
+                            : (c == PLAIN ? pread(fd, buffer, size, offset) : ACSecureFilePread(fd, buffer, size, offset));
+        if (n != (ssize_t)size) fail(writing ? "pwrite" : "pread");
     }
     double t = now() - t0;
     closeAs(c, fd);
@@ -111,7 +115,8 @@ int main(int argc, char **argv) {
             for (int c = 0; c < CONTENDERS; c++) {
                 if (c == COORDINATED && (w < 2 || w == 4)) continue;
                 us[w][c][r] = w == 0 ? appends(c, 100, calls) : w == 1 ? appends(c, 512, calls)
-                            : w == 4 ? headerAndRecord(c, calls) : randomIO(c, w == 3, calls);
+                            : w == 4 ? headerAndRecord(c, calls) : w == 5 ? randomIO(c, 1, 100, -1, calls)
+                            : w == 6 ? randomIO(c, 1, 4096, 2048, calls) : randomIO(c, w == 3, 4096, 0, calls);
             }
     for (int w = 0; w < WORKLOADS; w++) {
         printf("%-14s", workloadNames[w]);
