@@ -43,6 +43,7 @@ extension SharedFile {
         // whole chunks bypass the cache) means nothing stale to drop.
         if cacheIndex >= 0 { dropCache() }
         if readCache != nil { dropReadCache() }  // coordinated files have none; a handle may have just asked
+        tailCopiesCheckedUnderLock = false
         if !exclusive, !recheckFileID, !endCheckedWithoutLock, let readEnd, readEnd <= diskSize, hasHeader, cipher != nil,
            tailVerified, tailFailure == nil, pendingTailRepair == nil {
             return

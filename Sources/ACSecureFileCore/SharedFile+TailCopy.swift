@@ -118,8 +118,10 @@ extension SharedFile {
     private func learnTheNewestCopy(sequenceIsCurrent: Bool) throws(SecureFileError) {
         guard !sequenceIsCurrent else { return }
         var reread = !tailCopySequenceKnown
-        if !reread && coordinated { reread = try !newestDescriptorIsTheKnownOne() }
+        if !reread && coordinated && !tailCopiesCheckedUnderLock { reread = try !newestDescriptorIsTheKnownOne() }
         if reread { _ = try newestCompleteCopy() }
+        // Under the lock no other process writes a copy: the next copy of this operation needs no check.
+        tailCopiesCheckedUnderLock = coordinated
     }
 
     /// Whether the newest descriptor on disk, parsed but not authenticated, has the sequence and

@@ -85,6 +85,9 @@ final class SharedFile: @unchecked Sendable {
     var unconfirmedChunkCopy: (slot: Int, end: Int64)?
     /// `tailCopySequence` was read from disk (at the first copy this state writes) or set by a write.
     var tailCopySequenceKnown = false
+    /// Coordinated mode: the slots were checked (or written) since this operation took the lock, so
+    /// no other process can have written a copy since.
+    var tailCopiesCheckedUnderLock = false
     /// The file changed at or after its last chunk since the newest tail copy: the next sync writes
     /// one. nil until this state knows (its first sync then compares the newest copy with the end).
     var tailCopyStale: Bool?
