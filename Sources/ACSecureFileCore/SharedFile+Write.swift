@@ -195,7 +195,13 @@ extension SharedFile {
         let end = first + Int64(count)
         while i < end {
             if i > first && stopRequested { break }
-            let k = Int(min(Int64(maxBatch), end - i))
+            var k = Int(min(Int64(maxBatch), end - i))
+            if layout.hasTailCopies && k * chunkSize >= Self.parallelSealBytes {
+                // A batch sealed by several threads copies none of its chunks: a chunk rewritten in
+                // part goes in a batch of its own instead (one `pwrite` more), which copies it
+                // first (SharedFile+ChunkCopy.swift).
+                if keepsOldBytes(i) { k = 1 } else if i + Int64(k) == end && keepsOldBytes(end - 1) { k -= 1 }
+            }
             let lastIndex = i + Int64(k) - 1
             let lastLength = length(lastIndex)
             let reachesEnd = lastIndex >= diskChunks - 1

@@ -100,6 +100,25 @@ final class ChunkCopyTests: XCTestCase {
         w = try pwrites { _ = try g.pwrite([1, 2, 3], at: 100) }
         XCTAssertEqual(w.count, 1, "a version 3 file has no slots: \(w)")
         try g.close()
+
+        // A write large enough to be sealed by several threads: its partial first and last chunks
+        // go in batches of their own, each copied first.
+        let large = env.path("large")
+        let big = try SecureFile.open(large, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try big.pwrite(plaintext(1 << 20), at: 0)
+        w = try pwrites { _ = try big.pwrite(plaintext(300_000, 4), at: 1000) }
+        XCTAssertGreaterThanOrEqual(w.count, 5, "\(w)")
+        if w.count >= 5 {
+            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 0, 1), "the first chunk, alone, after its copy: \(w)")
+            let lastChunk = Int64((1000 + 300_000) / 4096)
+            XCTAssertTrue(slots.contains(w[w.count - 2].offset) && isChunk(w[w.count - 1], lastChunk, 1),
+                          "the last chunk, alone, after its copy: \(w)")
+            XCTAssertFalse(w[2..<w.count - 2].contains { slots.contains($0.offset) }, "no copy of a whole chunk: \(w)")
+        }
+        var expected = plaintext(1 << 20)
+        expected.replaceSubrange(1000..<301_000, with: plaintext(300_000, 4))
+        XCTAssertEqual(try big.readAll(), expected)
+        try big.close()
     }
 
     /// A kill that cut the rewrite between its pages: the chunk reads as the call made it, on the
