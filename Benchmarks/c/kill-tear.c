@@ -1,7 +1,8 @@
 /* How often a SIGKILL at a random moment leaves a chunk that does not read (docs/BENCHMARKS.md
  * "Appends in one pwrite in one page"). A child process appends SIZE-byte records to a new file
- * through the C API (mode "append"), or overwrites 100-byte spans at random places of a 64 KiB file
- * (mode "overwrite"), as fast as it can; the parent kills it with SIGKILL after a random 1–21 ms,
+ * through the C API (mode "append"), or overwrites SIZE-byte spans at random multiples of SIZE in a
+ * 64 KiB file (mode "overwrite": 100 B spans rewrite chunks in part, 4096 B spans whole chunks), as
+ * fast as it can; the parent kills it with SIGKILL after a random 1–21 ms,
  * then opens the file and reads it whole. A trial counts when the open or a read fails, or a byte
  * reads as a value the file never had (neither the 64 KiB's first bytes nor the child's). The
  * promise is 0: "a crash mid-call loses at most that call's bytes and never leaves an unreadable
@@ -41,9 +42,9 @@ static void writeUntilKilled(const char *path, int overwrite, int size, int read
     if (write(ready, "r", 1) != 1) _exit(2);
     srand(seed);
     for (;;) {
-        ssize_t n = overwrite ? ACSecureFilePwrite(fd, record, 100, (off_t)(rand() % (OVERWRITTEN_FILE / 100 - 1)) * 100)
-                              : ACSecureFileWrite(fd, record, size);
-        if (n != (overwrite ? 100 : size)) _exit(3);
+        ssize_t n = overwrite ? ACSecureFilePwrite(fd, record, (size_t)size, (off_t)(rand() % (OVERWRITTEN_FILE / size - 1)) * size)
+                              : ACSecureFileWrite(fd, record, (size_t)size);
+        if (n != size) _exit(3);
     }
 }
 
@@ -106,6 +107,6 @@ int main(int argc, char **argv) {
     }
     unlink(path);
     printf("%s %d B: %d kills, %d left a chunk that does not read (%.1f %%)\n", overwrite ? "overwrite" : "append",
-           overwrite ? 100 : size, trials, bad, 100.0 * bad / trials);
+           size, trials, bad, 100.0 * bad / trials);
     return requireNone && bad > 0 ? 1 : 0;
 }
