@@ -49,7 +49,9 @@ extension SharedFile {
             try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at)
         }
         try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
-        unconfirmedChunkCopy = nil
+        // Only this call's own copy is now settled: one learned from disk and not yet settled (a
+        // failed rewrite's, another process's) stays until a copy is about to go over it.
+        if firstNeedsCopy || lastNeedsCopy { unconfirmedChunkCopy = nil }
     }
 
     /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks
@@ -102,7 +104,7 @@ extension SharedFile {
             try write(split, bytes)
             try write(0, split)
         }
-        unconfirmedChunkCopy = nil
+        if copiesTheFirst { unconfirmedChunkCopy = nil }
     }
 
     /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy.

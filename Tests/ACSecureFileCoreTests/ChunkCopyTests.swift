@@ -184,11 +184,11 @@ final class ChunkCopyTests: XCTestCase {
     }
 
     /// A torn chunk whose copy is the newest (its writer was killed) is written back in place
-    /// before another copy goes over the slot: by an overwrite of another chunk, and by a sync
-    /// after an append.
+    /// before another copy goes over the slot: by an overwrite of another chunk, by a sync after an
+    /// append, and by an overwrite after a sync and a write that needed no copy.
     func testAChunkCopyIsWrittenBackBeforeACopyGoesOverIt() throws {
         let env = try TestEnvironment()
-        for next in ["overwrite", "sync"] {
+        for next in ["overwrite", "sync", "sync-whole-overwrite"] {
             let path = env.path("settle-\(next)")
             let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
             _ = try f.pwrite(plaintext(30_000), at: 0)
@@ -204,6 +204,12 @@ final class ChunkCopyTests: XCTestCase {
             if next == "overwrite" {
                 _ = try g.pwrite([4, 5], at: 5 * 4096 + 7)
                 expected.replaceSubrange(5 * 4096 + 7..<5 * 4096 + 9, with: [4, 5])
+            } else if next == "sync-whole-overwrite" {
+                try g.sync()
+                _ = try g.pwrite(plaintext(4096, 8), at: 4 * 4096)
+                expected.replaceSubrange(4 * 4096..<5 * 4096, with: plaintext(4096, 8))
+                _ = try g.pwrite([4, 5], at: 5 * 4096 + 7)
+                expected.replaceSubrange(5 * 4096 + 7..<5 * 4096 + 9, with: [4, 5])
             } else {
                 _ = try g.pwrite([6], at: 30_000)
                 expected.append(6)
@@ -216,5 +222,37 @@ final class ChunkCopyTests: XCTestCase {
             XCTAssertEqual(try h.readAll(), expected, "\(next): chunk 2 was written back before its copy went")
             try h.close()
         }
+    }
+
+    /// A rewrite whose `pwrite` fails halfway (here after 2,000 bytes, then EIO) leaves its chunk
+    /// torn and its copy the only whole version: the copy is settled before another copy goes over
+    /// it, even when writes that need no copy come first (regression: such a write forgot it).
+    func testAChunkCopyOutlivesAFailedRewrite() throws {
+        let env = try TestEnvironment()
+        let path = env.path("failed")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try f.pwrite(plaintext(30_000), at: 0)
+        let old = plaintext(30_000)
+        let torn = layout.chunkOffset(2), physical = Int64(layout.physicalChunkSize)
+        final class Calls: @unchecked Sendable { var n = 0 }
+        let calls = Calls()
+        SecureFileTesting.transferFaultInjector = { call, count, offset in
+            guard call == .pwrite, offset >= torn, offset < torn + physical else { return nil }
+            calls.n += 1
+            return calls.n == 1 ? .short(2000) : .fail(EIO)
+        }
+        XCTAssertThrowsError(try f.pwrite(plaintext(200, 3), at: 2 * 4096 + 1000))
+        SecureFileTesting.transferFaultInjector = nil
+        XCTAssertEqual(calls.n, 2, "the rewrite of chunk 2 was cut after 2,000 bytes")
+        var new = old
+        new.replaceSubrange(2 * 4096 + 1000..<2 * 4096 + 1200, with: plaintext(200, 3))
+        _ = try f.pwrite(plaintext(4096, 8), at: 4 * 4096)  // a whole chunk: no copy
+        _ = try f.pwrite([4, 5], at: 5 * 4096 + 7)  // in part: a copy, over chunk 2's
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        let chunk2 = try g.pread(count: 4096, at: 2 * 4096)
+        XCTAssertTrue(chunk2 == Array(old[2 * 4096..<3 * 4096]) || chunk2 == Array(new[2 * 4096..<3 * 4096]),
+                      "chunk 2 reads as before the failed write or as it made it")
+        try g.close()
     }
 }
