@@ -255,4 +255,58 @@ final class ChunkCopyTests: XCTestCase {
                       "chunk 2 reads as before the failed write or as it made it")
         try g.close()
     }
+
+    /// An attacker who edits the chunk copy's slot of a chunk a kill tore, then keeps using the
+    /// file: every bit flipped (a sample of every 5th bit of the descriptor and the copy) leaves
+    /// no copy — the torn chunk fails to read, never reads otherwise — and every other chunk reads,
+    /// and an append and an overwrite of that chunk (which repairs it) go on to read back.
+    func testAnEditedChunkCopyIsNoCopyAndTheFileGoesOn() throws {
+        let env = try TestEnvironment()
+        let path = env.path("edited")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try f.pwrite(plaintext(20_000), at: 0)
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(100, 6), at: 2 * 4096 + 10)
+        try f.close()
+        var expected = plaintext(20_000)
+        expected.replaceSubrange(2 * 4096 + 10..<2 * 4096 + 110, with: plaintext(100, 6))
+        let torn = tornAtAPage(2, before: before, after: readWholeFile(path))
+        let copySlot = [0, 1].first { slot in
+            let at = Int(layout.tailCopyOffset(slot))
+            return torn[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }?.kind == .chunk
+        }
+        guard let slot = copySlot else { return XCTFail("no chunk copy in the slots") }
+        let from = Int(layout.tailCopyOffset(slot))
+        let bits = (TailCopyDescriptor.size + layout.physicalChunkSize) * 8
+        var flips = 0
+        for bit in stride(from: 0, to: bits, by: 5) {
+            var edited = torn
+            edited[from + bit / 8] ^= UInt8(1 << (bit % 8))
+            writeWholeFile(path, edited)
+            let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            do {
+                let got = try g.pread(count: 4096, at: 2 * 4096)
+                // A flip in the descriptor's reserved or unauthenticated-but-unused bits is still no
+                // other copy: what reads must be the write's own chunk.
+                XCTAssertEqual(got, Array(expected[2 * 4096..<3 * 4096]), "bit \(bit): chunk 2 read otherwise")
+            } catch let e as SecureFileError {
+                XCTAssertEqual(e.code, .badKeyOrCorruptData, "bit \(bit)")
+            }
+            XCTAssertEqual(try g.pread(count: 8192, at: 0), Array(expected[0..<8192]), "bit \(bit)")
+            XCTAssertEqual(try g.pread(count: 20_000 - 12_288, at: 12_288), Array(expected[12_288...]), "bit \(bit)")
+            try g.close()
+            flips += 1
+        }
+        XCTAssertGreaterThan(flips, 6000)
+        // Edited, then used: an append, and an overwrite of the whole torn chunk.
+        let h = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        _ = try h.pwrite([1, 2, 3], at: 20_000)
+        _ = try h.pwrite(plaintext(4096, 7), at: 2 * 4096)
+        expected += [1, 2, 3]
+        expected.replaceSubrange(2 * 4096..<3 * 4096, with: plaintext(4096, 7))
+        try h.close()
+        let k = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try k.readAll(), expected)
+        try k.close()
+    }
 }
