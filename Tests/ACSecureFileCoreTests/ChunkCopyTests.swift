@@ -25,6 +25,13 @@ final class ChunkCopyTests: XCTestCase {
         return bytes[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }.map { ($0.kind, $0.sequence, $0.size) }
     }
 
+    /// A new secure file at `path` holding `plaintext(size)`, open for reading and writing.
+    func newFile(_ path: String, size: Int, _ env: TestEnvironment) throws -> SecureFile {
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+        _ = try f.pwrite(plaintext(size), at: 0)
+        return f
+    }
+
     /// The `pwrite`s (offset, count) of `body`.
     func pwrites(_ body: () throws -> Void) rethrows -> [(offset: Int64, count: Int)] {
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
@@ -55,8 +62,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAnOverwriteCopiesEachChunkItRewritesInPartFirst() throws {
         let env = try TestEnvironment()
         let path = env.path("shapes")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
-        _ = try f.pwrite(plaintext(40_900), at: 0)  // its short last chunk spans two pages
+        let f = try newFile(path, size: 40_900, env)  // its short last chunk spans two pages
         let slots = [layout.tailCopyOffset(0), layout.tailCopyOffset(1)]
         func isChunk(_ w: (offset: Int64, count: Int), _ first: Int64, _ count: Int) -> Bool {
             w.offset == layout.chunkOffset(first) && w.count == count * layout.physicalChunkSize
@@ -166,8 +172,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAStaleChunkCopyIsNeverTaken() throws {
         let env = try TestEnvironment()
         let path = env.path("stale")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
-        _ = try f.pwrite(plaintext(20_000), at: 0)
+        let f = try newFile(path, size: 20_000, env)
         _ = try f.pwrite([1, 2, 3], at: 4096 + 10)  // chunk 1 in part: its copy
         _ = try f.pwrite(plaintext(4096, 5), at: 4096)  // chunk 1 whole: no copy
         try f.close()
@@ -190,8 +195,7 @@ final class ChunkCopyTests: XCTestCase {
         let env = try TestEnvironment()
         for next in ["overwrite", "sync", "sync-whole-overwrite"] {
             let path = env.path("settle-\(next)")
-            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
-            _ = try f.pwrite(plaintext(30_000), at: 0)
+            let f = try newFile(path, size: 30_000, env)
             try f.sync()
             var expected = plaintext(30_000)
             let before = readWholeFile(path)
@@ -230,8 +234,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAChunkCopyOutlivesAFailedRewrite() throws {
         let env = try TestEnvironment()
         let path = env.path("failed")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
-        _ = try f.pwrite(plaintext(30_000), at: 0)
+        let f = try newFile(path, size: 30_000, env)
         let old = plaintext(30_000)
         let torn = layout.chunkOffset(2), physical = Int64(layout.physicalChunkSize)
         final class Calls: @unchecked Sendable { var n = 0 }
@@ -263,8 +266,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAnEditedChunkCopyIsNoCopyAndTheFileGoesOn() throws {
         let env = try TestEnvironment()
         let path = env.path("edited")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
-        _ = try f.pwrite(plaintext(20_000), at: 0)
+        let f = try newFile(path, size: 20_000, env)
         let before = readWholeFile(path)
         _ = try f.pwrite(plaintext(100, 6), at: 2 * 4096 + 10)
         try f.close()
