@@ -457,7 +457,7 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         /// Written just before an in-place rewrite of any chunk that keeps some of its bytes and
         /// that a kill could tear: that chunk as the rewrite seals it, and no trailer; `size` is
         /// where the chunk ends (its index and length follow). Read only for that chunk when it
-        /// fails in place with the copy's head (selector and nonce, fresh for every write): then
+        /// fails in place sharing a sector with the copy (sealed bytes are a write's own): then
         /// it is the write that was torn. Not synced; written over by the next copy of any kind,
         /// once its chunk is whole in place.
         case chunk = 3

@@ -12,10 +12,11 @@ import ACSystemCalls
 /// and fails authentication, with the bytes earlier calls wrote to it. So before an overwrite
 /// rewrites, across two pages, a chunk whose old bytes it keeps in part, it writes that chunk as
 /// it is about to seal it in place into the slot the newest sync's copy is not in. A reader that
-/// finds the chunk failing in place takes the copy when the copy's head — key selector and nonce,
-/// fresh for every write — is the one in place: the torn write is the copy's. A stale copy (of an
-/// earlier write of the chunk) never has the head of a later write, so nothing has to invalidate
-/// it. The copy stays valid until its chunk is whole in place: the writer knows that when its
+/// finds the chunk failing in place takes the copy when a sector's worth of the chunk in place is
+/// the copy's (`sharesASector`): every write has a fresh nonce, so its ciphertext is its own, and
+/// some of it in place means the torn write is the copy's (a kill leaves the first page, with the
+/// head; a power loss any sectors). A copy of an earlier write of the chunk has none of a later
+/// write's bytes, so nothing has to invalidate it. The copy stays valid until its chunk is whole in place: the writer knows that when its
 /// `pwrite` returns; anyone else (a process after a kill) checks the chunk, and writes the copy
 /// back if it is torn, before a copy goes over it (`settleChunkCopy`).
 extension SharedFile {
@@ -115,14 +116,13 @@ extension SharedFile {
 
     /// Opens chunk `index` (`length` plaintext bytes) from a chunk copy, after it failed in place
     /// (`inPlace`: its sealed bytes as read there), when the copy is of the write that left it so:
-    /// a chunk copy of that chunk, of that length, with the head in place, its descriptor
-    /// authentic. `open` opens sealed bytes as chunk `index` (with the caller's keys, into its
+    /// a chunk copy of that chunk, of that length, sharing a sector with the chunk in place, its
+    /// descriptor authentic. `open` opens sealed bytes as chunk `index` (with the caller's keys, into its
     /// destination): the copy authenticates as the chunk itself. False when no copy is.
     func openChunkFromCopy(_ index: Int64, length: Int, inPlace: UnsafeRawPointer,
                            open: (UnsafeRawPointer) -> Bool) throws(SecureFileError) -> Bool {
         guard layout.hasTailCopies, hasHeader, cipher != nil else { return false }
         let end = index << Int64(layout.chunkShift) + Int64(length)
-        let head = layout.selectorSize + FileLayout.nonceSize
         let slotSize = layout.tailCopySlotSize
         // Not the scratch memory: `inPlace` may be in it.
         return try withUnsafeTemporaryAllocation(byteCount: 2 * slotSize, alignment: 16) { (b) throws(SecureFileError) -> Bool in
@@ -132,7 +132,8 @@ extension SharedFile {
                 let s = base + slot * slotSize
                 let copy = s + TailCopyDescriptor.size
                 guard let parsed = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: s, count: TailCopyDescriptor.size)),
-                      parsed.kind == .chunk, parsed.size == end, memcmp(copy, inPlace, head) == 0,
+                      parsed.kind == .chunk, parsed.size == end,
+                      sharesASector(copy, inPlace, count: length + layout.chunkOverhead, at: layout.chunkOffset(index)),
                       tailCopy(in: s, slot: slot) != nil else { continue }
                 if open(copy) { return true }
             }
@@ -142,7 +143,7 @@ extension SharedFile {
 
     /// Before a copy goes over the newest copy when that is a chunk copy whose chunk is not known
     /// to be whole in place (its writer was killed, or its `pwrite` failed): if the chunk fails in
-    /// place with the copy's head, the copy is written back in place first. A chunk the file no
+    /// place sharing a sector with the copy, the copy is written back in place first. A chunk the file no
     /// longer has at that length (cut or grown since) needs nothing.
     func settleChunkCopy() throws(SecureFileError) {
         guard let (slot, end) = unconfirmedChunkCopy else { return }
@@ -159,11 +160,27 @@ extension SharedFile {
                       !openChunk(inPlace, index: index, length: length, into: workBase, cipher: cipher),
                       try checkIO(Sys.preadFull(ioFD, copy, count, layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)),
                                   "read the chunk copy") == count,
-                      memcmp(copy, inPlace, layout.selectorSize + FileLayout.nonceSize) == 0,
+                      sharesASector(copy, inPlace, count: count, at: at),
                       openChunk(copy, index: index, length: length, into: workBase, cipher: cipher) else { return }
                 try checkIO(Sys.pwriteFull(ioFD, copy, count, at), "write the chunk copy back")
             }
         }
         unconfirmedChunkCopy = nil
+    }
+
+    /// Whether the sealed chunk `a` (a copy) and `b` (the chunk in place at file offset `at`), `count`
+    /// bytes each, are equal over some 512-byte sector of the file (over the part of it the chunk
+    /// has, at least 16 bytes: chunks start at multiples of 32). Sealed bytes are a write's own —
+    /// a fresh nonce for every write — so an equal sector is that write's. A kill that cut a write
+    /// after its first page left its first sector (the head); a power loss may have kept any.
+    func sharesASector(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, count: Int, at: Int64) -> Bool {
+        let sector = 512
+        var from = 0
+        while from < count {
+            let to = min(count, Int((at + Int64(from)) / Int64(sector) + 1) * sector - Int(at))
+            if to - from >= 16, memcmp(a + from, b + from, to - from) == 0 { return true }
+            from = to
+        }
+        return false
     }
 }

@@ -166,9 +166,37 @@ final class ChunkCopyTests: XCTestCase {
         }
     }
 
-    /// A copy is of one write: taken only when the head in place (selector and nonce, fresh for
-    /// every write) is the copy's. A chunk rewritten whole since (no copy), then damaged, fails:
-    /// the copy's older version is never returned for it.
+    /// A power loss tears a rewrite at sectors, in any order: the chunk in place with its first
+    /// sector (the head) still old and any one later sector new reads from the copy too, and with
+    /// no sector new it is the old chunk, whole. With only the head compared (a mutant), the first
+    /// case fails.
+    func testAChunkTornByAPowerLossReadsFromItsCopyWhenAnySectorOfTheWriteIsThere() throws {
+        let env = try TestEnvironment()
+        let path = env.path("sectors")
+        let f = try newFile(path, size: 40_000, env)
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(300, 9), at: 3 * 4096 + 500)
+        try f.close()
+        let after = readWholeFile(path)
+        var expected = plaintext(40_000)
+        expected.replaceSubrange(3 * 4096 + 500..<3 * 4096 + 800, with: plaintext(300, 9))
+        let start = Int(layout.chunkOffset(3)), end = start + layout.physicalChunkSize
+        let sectors = stride(from: start / 512 * 512, to: end, by: 512).map { max($0, start)..<min($0 + 512, end) }
+        XCTAssertGreaterThanOrEqual(sectors.count, 9)
+        for (k, new) in sectors.enumerated().dropFirst() {
+            var torn = after  // the copy is down
+            torn.replaceSubrange(start..<end, with: before[start..<end])
+            torn.replaceSubrange(new, with: after[new])  // one sector of the write, the head old
+            writeWholeFile(path, torn)
+            let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try g.pread(count: 4096, at: 3 * 4096), Array(expected[3 * 4096..<4 * 4096]), "sector \(k) of the write alone")
+            try g.close()
+        }
+    }
+
+    /// A copy is of one write: taken only when a sector's worth of the chunk in place is the
+    /// copy's (every write has a fresh nonce). A chunk rewritten whole since (no copy), then
+    /// damaged, fails: the copy's older version is never returned for it.
     func testAStaleChunkCopyIsNeverTaken() throws {
         let env = try TestEnvironment()
         let path = env.path("stale")
