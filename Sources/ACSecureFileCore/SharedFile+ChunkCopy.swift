@@ -143,15 +143,18 @@ extension SharedFile {
 
     /// Before a copy goes over the newest copy when that is a chunk copy whose chunk is not known
     /// to be whole in place (its writer was killed, or its `pwrite` failed): if the chunk fails in
-    /// place sharing a sector with the copy, the copy is written back in place first. A chunk the file no
-    /// longer has at that length (cut or grown since) needs nothing.
-    func settleChunkCopy() throws(SecureFileError) {
+    /// place sharing a sector with the copy, the copy is written back in place first. A chunk that
+    /// the file does not have at that length, now or at `fileEnd` (the end a cut is making: its
+    /// trailer may already lie over the chunk's head), needs nothing.
+    func settleChunkCopy(fileEnd: Int64) throws(SecureFileError) {
         guard let (slot, end) = unconfirmedChunkCopy else { return }
         guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
         let index = (end - 1) >> Int64(layout.chunkShift)
         let length = layout.chunkLength(index, size: end)
         let count = length + layout.chunkOverhead
-        if index < diskChunks, layout.chunkLength(index, size: diskSize) == length {
+        let kept = min(diskSize, fileEnd)
+        if index < layout.chunkCount(forSize: kept), layout.chunkLength(index, size: kept) == length,
+           layout.chunkLength(index, size: diskSize) == length {
             let at = layout.chunkOffset(index)
             try withUnsafeTemporaryAllocation(byteCount: 2 * count, alignment: 16) { (b) throws(SecureFileError) in
                 let inPlace = b.baseAddress!, copy = inPlace + count

@@ -64,7 +64,7 @@ extension SharedFile {
         // A chunk copy's chunk, torn in place, is written back before the end is read (it may be
         // the last chunk) and before this copy goes over it.
         try learnTheNewestCopy(sequenceIsCurrent: sequenceIsCurrent)
-        try settleChunkCopy()
+        try settleChunkCopy(fileEnd: size)
         let (chunkBytes, total) = tailCopyLength(size: size)
         let buf = ensureScratch(total)
         let end = layout.physicalSize(forPlaintextSize: size)
@@ -95,7 +95,8 @@ extension SharedFile {
         let descriptor = TailCopyDescriptor(sequence: tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1), size: size, kind: kind)
         let (chunkBytes, total) = copyLength(descriptor)
         let slot = Int(descriptor.sequence & 1)
-        if tailCopyNewestIsForARewrite { try settleChunkCopy() }
+        // A sync's copy (also a cut's) is of the end the file is being given; the others are of writes.
+        if tailCopyNewestIsForARewrite { try settleChunkCopy(fileEnd: kind == .sync ? size : diskSize) }
         try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
             let d = b.baseAddress!
             let copy = d + TailCopyDescriptor.size
@@ -151,7 +152,7 @@ extension SharedFile {
     /// instead, from the sealed bytes it is about to write: no read.)
     func writeTailCopyOfTheEndBeforeRewrite() throws(SecureFileError) {
         try learnTheNewestCopy(sequenceIsCurrent: false)
-        try settleChunkCopy()
+        try settleChunkCopy(fileEnd: diskSize)
         let (_, total) = tailCopyLength(size: diskSize)
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         // Not in the scratch memory: it holds the sealed chunk about to be written.

@@ -339,4 +339,23 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertEqual(try k.readAll(), expected)
         try k.close()
     }
+
+    /// Regression (found by FuzzOperationSequence): a process that found the newest copy to be a
+    /// chunk copy, of a chunk a cut to a chunk boundary below it was removing, took that chunk for
+    /// torn once the cut's trailer lay over its head, and wrote the copy back over the trailer:
+    /// the file then ended without one. A copy of a chunk the cut removes is no longer settled.
+    func testACutBelowAChunkCopysChunkDoesNotWriteItBack() throws {
+        let env = try TestEnvironment()
+        let path = env.path("cut")
+        let f = try newFile(path, size: 13_193, env)
+        try f.sync()
+        _ = try f.pwrite(plaintext(7563, 2), at: 0)  // chunk 1 in part: its copy is the newest
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_WRONLY, services: env.services)
+        try g.truncate(to: 4096)
+        try g.close()
+        let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try h.readAll(), Array(plaintext(7563, 2)[0..<4096]))
+        try h.close()
+    }
 }
