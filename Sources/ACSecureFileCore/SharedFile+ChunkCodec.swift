@@ -27,9 +27,7 @@ extension SharedFile {
             openChunk($0, index: $1, length: $2, into: $3, cipher: cipher)
         }, recover: { (sealed, index, length, plaintext) throws(SecureFileError) -> Bool in
             // Torn by a kill, its chunk copy whole (SharedFile+ChunkCopy.swift).
-            try openChunkFromCopy(index, length: length, inPlace: sealed) {
-                self.openChunk($0, index: index, length: length, into: plaintext, cipher: cipher)
-            }
+            try openChunkFromCopy(index, length: length, inPlace: sealed, into: plaintext, cipher: cipher)
         })
     }
 

@@ -30,8 +30,7 @@ extension SharedFile {
         let start = layout.chunkOffset(first)
         func needsCopy(_ j: Int) -> Bool {
             let count = j == k - 1 ? bytes - j * physical : physical
-            return layout.hasTailCopies && keepsOldBytes(first + Int64(j))
-                && !Self.withinOnePage(start + Int64(j * physical), Int64(count))
+            return keepsOldBytes(first + Int64(j)) && !Self.withinOnePage(start + Int64(j * physical), Int64(count))
         }
         let firstNeedsCopy = needsCopy(0)
         let lastNeedsCopy = k > 1 && needsCopy(k - 1)
@@ -114,14 +113,22 @@ extension SharedFile {
         try writeTailCopy(size: end, sealedEnd: sealed, kind: .chunk)
     }
 
-    /// Opens chunk `index` (`length` plaintext bytes) from a chunk copy, after it failed in place
-    /// (`inPlace`: its sealed bytes as read there), when the copy is of the write that left it so:
-    /// a chunk copy of that chunk, of that length, sharing a sector with the chunk in place, its
-    /// descriptor authentic. `open` opens sealed bytes as chunk `index` (with the caller's keys, into its
-    /// destination): the copy authenticates as the chunk itself. False when no copy is.
-    func openChunkFromCopy(_ index: Int64, length: Int, inPlace: UnsafeRawPointer,
-                           open: (UnsafeRawPointer) -> Bool) throws(SecureFileError) -> Bool {
-        guard layout.hasTailCopies, hasHeader, cipher != nil else { return false }
+    /// Opens the sealed chunk `index` read in place (`length` plaintext bytes, into `plaintext`),
+    /// or, when it fails there, from its chunk copy (`openChunkFromCopy`).
+    func openChunkInPlaceOrFromCopy(_ sealed: UnsafeRawPointer, index: Int64, length: Int, into plaintext: UnsafeMutableRawPointer,
+                                    cipher: ChunkKeys) throws(SecureFileError) -> Bool {
+        if openChunk(sealed, index: index, length: length, into: plaintext, cipher: cipher) { return true }
+        return try openChunkFromCopy(index, length: length, inPlace: sealed, into: plaintext, cipher: cipher)
+    }
+
+    /// Opens chunk `index` (`length` plaintext bytes) from a chunk copy into `plaintext`, after it
+    /// failed in place (`inPlace`: its sealed bytes as read there), when the copy is of the write
+    /// that left it so: a chunk copy of that chunk, of that length, sharing a sector with the chunk
+    /// in place, its descriptor authentic (the copy authenticates as the chunk itself). False when
+    /// no copy is.
+    func openChunkFromCopy(_ index: Int64, length: Int, inPlace: UnsafeRawPointer, into plaintext: UnsafeMutableRawPointer,
+                           cipher: ChunkKeys) throws(SecureFileError) -> Bool {
+        guard layout.hasTailCopies, hasHeader else { return false }
         let end = index << Int64(layout.chunkShift) + Int64(length)
         let slotSize = layout.tailCopySlotSize
         // Not the scratch memory: `inPlace` may be in it.
@@ -135,7 +142,7 @@ extension SharedFile {
                       parsed.kind == .chunk, parsed.size == end,
                       sharesASector(copy, inPlace, count: length + layout.chunkOverhead, at: layout.chunkOffset(index)),
                       tailCopy(in: s, slot: slot) != nil else { continue }
-                if open(copy) { return true }
+                if openChunk(copy, index: index, length: length, into: plaintext, cipher: cipher) { return true }
             }
             return false
         }

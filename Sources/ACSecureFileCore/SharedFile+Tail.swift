@@ -99,12 +99,8 @@ extension SharedFile {
         guard lastIndex >= 0 else { return .intact }
         let length = layout.chunkLength(lastIndex, size: size)
         defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
-        if openChunk(buf, index: lastIndex, length: length, into: workBase, cipher: cipher) { return .intact }
-        // An overwrite of the last chunk torn by a kill, its chunk copy whole: the end is intact.
-        let fromCopy = try openChunkFromCopy(lastIndex, length: length, inPlace: buf) {
-            self.openChunk($0, index: lastIndex, length: length, into: self.workBase, cipher: cipher)
-        }
-        return fromCopy ? .intact : .lastChunkFails
+        // (An overwrite of the last chunk torn by a kill, its chunk copy whole: the end is intact.)
+        return try openChunkInPlaceOrFromCopy(buf, index: lastIndex, length: length, into: workBase, cipher: cipher) ? .intact : .lastChunkFails
     }
 
     /// Scans back from the physical end, over at most one write batch, for the last position at

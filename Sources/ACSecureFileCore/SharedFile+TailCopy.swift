@@ -389,11 +389,8 @@ extension SharedFile {
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.chunkOffset(index)), "read")
         defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
         guard got == count else { return false }
-        if openChunk(buf, index: index, length: length, into: workBase, cipher: cipher) { return true }
-        // Torn by a kill, its chunk copy whole: it reads.
-        return try openChunkFromCopy(index, length: length, inPlace: buf) {
-            self.openChunk($0, index: index, length: length, into: self.workBase, cipher: cipher)
-        }
+        // (Torn by a kill, its chunk copy whole: it reads.)
+        return try openChunkInPlaceOrFromCopy(buf, index: index, length: length, into: workBase, cipher: cipher)
     }
 
     /// The last chunk while it is read from a tail copy (nil when the file's size ends a full chunk:

@@ -91,6 +91,8 @@ extension SharedFile {
         let single = runFirst == lastIndex
         let firstNeedsOld = runFirst < onDisk && !covered(runFirst)
         let lastNeedsOld = !single && lastIndex < onDisk && !covered(lastIndex)
+        /// The run's chunks that keep some of their old bytes (composed over the old chunk).
+        func keepsOldBytes(_ i: Int64) -> Bool { (i == runFirst && firstNeedsOld) || (i == lastIndex && lastNeedsOld) }
         let firstTarget = single ? cache : work
         if firstNeedsOld { try readChunk(runFirst, into: firstTarget) }
         if lastNeedsOld { try readChunk(lastIndex, into: cache) }
@@ -108,10 +110,10 @@ extension SharedFile {
             // changes) would be two heap allocations per call.
             done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1),
                                 length: { self.layout.chunkLength($0, size: newSize) },
-                                keepsOldBytes: { ($0 == runFirst && firstNeedsOld) || ($0 == lastIndex && lastNeedsOld) }) { (i: Int64) -> UnsafeRawPointer in
+                                keepsOldBytes: keepsOldBytes) { (i: Int64) -> UnsafeRawPointer in
                 let start = i << shift
                 if covered(i) { return buffer.map { $0 + Int(start - offset) } ?? zeros }
-                let hasOld = (i == runFirst && firstNeedsOld) || (i == lastIndex && lastNeedsOld)
+                let hasOld = keepsOldBytes(i)
                 let lo = max(start, offset), hi = min(start + Int64(self.layout.chunkLength(i, size: newSize)), end)
                 if !hasOld && hi <= lo { return zeros }  // a chunk of the hole
                 let target = i == runFirst ? firstBase : cacheBase

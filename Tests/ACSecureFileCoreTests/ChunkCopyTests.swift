@@ -32,6 +32,21 @@ final class ChunkCopyTests: XCTestCase {
         return f
     }
 
+    /// A new file of `plaintext(size)` (synced when `synced`), then `plaintext(count, seed)`
+    /// written at `offset` and the file closed: its bytes before and after that write, and the
+    /// plaintext it then holds.
+    func overwrittenFile(_ path: String, size: Int, _ count: Int, seed: Int, at offset: Int, synced: Bool = false,
+                         _ env: TestEnvironment) throws -> (before: [UInt8], after: [UInt8], expected: [UInt8]) {
+        let f = try newFile(path, size: size, env)
+        if synced { try f.sync() }
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(count, seed), at: Int64(offset))
+        try f.close()
+        var expected = plaintext(size)
+        expected.replaceSubrange(offset..<offset + count, with: plaintext(count, seed))
+        return (before, readWholeFile(path), expected)
+    }
+
     /// The `pwrite`s (offset, count) of `body`.
     func pwrites(_ body: () throws -> Void) rethrows -> [(offset: Int64, count: Int)] {
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
@@ -173,13 +188,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAChunkTornByAPowerLossReadsFromItsCopyWhenAnySectorOfTheWriteIsThere() throws {
         let env = try TestEnvironment()
         let path = env.path("sectors")
-        let f = try newFile(path, size: 40_000, env)
-        let before = readWholeFile(path)
-        _ = try f.pwrite(plaintext(300, 9), at: 3 * 4096 + 500)
-        try f.close()
-        let after = readWholeFile(path)
-        var expected = plaintext(40_000)
-        expected.replaceSubrange(3 * 4096 + 500..<3 * 4096 + 800, with: plaintext(300, 9))
+        let (before, after, expected) = try overwrittenFile(path, size: 40_000, 300, seed: 9, at: 3 * 4096 + 500, env)
         let start = Int(layout.chunkOffset(3)), end = start + layout.physicalChunkSize
         let sectors = stride(from: start / 512 * 512, to: end, by: 512).map { max($0, start)..<min($0 + 512, end) }
         XCTAssertGreaterThanOrEqual(sectors.count, 9)
@@ -223,14 +232,9 @@ final class ChunkCopyTests: XCTestCase {
         let env = try TestEnvironment()
         for next in ["overwrite", "sync", "sync-whole-overwrite"] {
             let path = env.path("settle-\(next)")
-            let f = try newFile(path, size: 30_000, env)
-            try f.sync()
-            var expected = plaintext(30_000)
-            let before = readWholeFile(path)
-            _ = try f.pwrite(plaintext(200, 3), at: 2 * 4096 + 1000)
-            expected.replaceSubrange(2 * 4096 + 1000..<2 * 4096 + 1200, with: plaintext(200, 3))
-            try f.close()
-            writeWholeFile(path, tornAtAPage(2, before: before, after: readWholeFile(path)))
+            let written = try overwrittenFile(path, size: 30_000, 200, seed: 3, at: 2 * 4096 + 1000, synced: true, env)
+            var expected = written.expected
+            writeWholeFile(path, tornAtAPage(2, before: written.before, after: written.after))
 
             let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
             if next == "overwrite" {
@@ -294,13 +298,9 @@ final class ChunkCopyTests: XCTestCase {
     func testAnEditedChunkCopyIsNoCopyAndTheFileGoesOn() throws {
         let env = try TestEnvironment()
         let path = env.path("edited")
-        let f = try newFile(path, size: 20_000, env)
-        let before = readWholeFile(path)
-        _ = try f.pwrite(plaintext(100, 6), at: 2 * 4096 + 10)
-        try f.close()
-        var expected = plaintext(20_000)
-        expected.replaceSubrange(2 * 4096 + 10..<2 * 4096 + 110, with: plaintext(100, 6))
-        let torn = tornAtAPage(2, before: before, after: readWholeFile(path))
+        let written = try overwrittenFile(path, size: 20_000, 100, seed: 6, at: 2 * 4096 + 10, env)
+        var expected = written.expected
+        let torn = tornAtAPage(2, before: written.before, after: written.after)
         let copySlot = [0, 1].first { slot in
             let at = Int(layout.tailCopyOffset(slot))
             return torn[at..<at + TailCopyDescriptor.size].withUnsafeBytes { TailCopyDescriptor.parse($0) }?.kind == .chunk
