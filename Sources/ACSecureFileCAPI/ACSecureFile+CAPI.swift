@@ -27,15 +27,16 @@ public func ACSecureFile_openWithMode(_ path: UnsafePointer<CChar>?, _ oflag: In
 public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t, _ options: UInt32) -> Int32 {
     CResult.withoutFile { () throws(SecureFileError) -> Int32 in
         let path = try cPath(path, "ACSecureFileOpenWithOptions")
-        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED | ACSECURE_OPEN_READ_CACHE)
+        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED | ACSECURE_OPEN_READ_CACHE | ACSECURE_OPEN_DOUBLE_WRITE)
         guard options & ~known == 0 else {
             throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): unknown option bits \(String(options & ~known, radix: 16))")
         }
         let sharing: SecureFile.Sharing = options & UInt32(ACSECURE_OPEN_SHARED) != 0 ? .processes : .thisProcess
         let buffering: SecureFile.Buffering = options & UInt32(ACSECURE_OPEN_WRITE_BACK) != 0 ? .writeBack : .writeThrough
         let readCache = options & UInt32(ACSECURE_OPEN_READ_CACHE) != 0 ? try readCacheFromEnvironment(path) : .off
+        let partialOverwrites: SecureFile.PartialOverwrites = options & UInt32(ACSECURE_OPEN_DOUBLE_WRITE) != 0 ? .doubleWrite : .chunkCopy
         return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode, sharing: sharing, buffering: buffering,
-                                                    readCache: readCache))
+                                                    readCache: readCache, partialOverwrites: partialOverwrites))
     }
 }
 

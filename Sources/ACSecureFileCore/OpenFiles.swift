@@ -32,6 +32,8 @@ enum OpenFiles {
         var truncate: Bool
         var coordinated: Bool
         var readCacheBytes = 0
+        /// Partial overwrites are double-written (`SecureFile.PartialOverwrites.doubleWrite`).
+        var doubleWrite = false
         /// The file's length from the opener's `fstat` (reread under the record lock in coordinated mode).
         var physicalSize: Int64
     }
@@ -133,6 +135,7 @@ enum OpenFiles {
             existing.dropReadCache()
         }
         existing.requestReadCache(bytes: r.readCacheBytes)
+        if r.doubleWrite { existing.doubleWrite = true }
         guard r.truncate else { return }
         try existing.ensureKeys()
         if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
@@ -164,6 +167,7 @@ enum OpenFiles {
         shared.ioFDWritable = r.writable
         shared.coordinated = r.coordinated
         shared.requestReadCache(bytes: r.readCacheBytes)
+        shared.doubleWrite = r.doubleWrite
         if r.coordinated, case .failure(let e) = Sys.lockFile(r.fd, Int16(r.writable ? F_WRLCK : F_RDLCK)) {
             throw SecureFileError.posix(e.rawValue, "\(r.path): lock")
         }

@@ -30,6 +30,13 @@ extension SecureFile {
     ///     copy. The file's state is shared by this process's handles: it gets the largest cache any
     ///     of them asked for. Ignored in coordinated mode (`.processes`), where every operation
     ///     would have to drop it. See docs/FORMAT.md "Caching, durability, concurrency and crashes".
+    ///   - partialOverwrites: `.chunkCopy` (default): a write that rewrites part of a chunk copies
+    ///     it first, so a kill never tears it, but a power loss before the next sync may lose the
+    ///     chunk (its synced bytes too) when neither the rewrite nor its copy reached the device;
+    ///     `.doubleWrite`: the copy is on the device before the rewrite, and the rewrite before the
+    ///     call returns (two `fdatasync`s per such write), so a power loss costs no synced byte.
+    ///     `ACSECURE_DOUBLE_WRITE=1` makes `.doubleWrite` the default. The file's state is shared by
+    ///     this process's handles: once one asked for double writes, all of them double-write.
     ///   - services: the key provider; defaults to `SecureServices.current`, started from the
     ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
@@ -40,9 +47,10 @@ extension SecureFile {
                             services: (any KeyProvider)? = nil,
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
-                            readCache: ReadCache = .off) throws(SecureFileError) -> SecureFile {
+                            readCache: ReadCache = .off,
+                            partialOverwrites: PartialOverwrites = .environmentDefault) throws(SecureFileError) -> SecureFile {
         try open(path, flags: flags, mode: mode, key: key, services: services, sharing: sharing, buffering: buffering,
-                 readCache: readCache, adoptingEmptyFile: false)
+                 readCache: readCache, partialOverwrites: partialOverwrites, adoptingEmptyFile: false)
     }
 
     /// `open`, for the Foundation layer's writing handles (`ACFileHandle(forWritingAtPath:)`): a
@@ -51,12 +59,12 @@ extension SecureFile {
     /// open it for writing. No other open does that: a 0-byte file is otherwise a cut secure file.
     package static func openAdoptingEmptyFile(_ path: BytePath, flags: Int32, key: KeySelection) throws(SecureFileError) -> SecureFile {
         try open(path, flags: flags, mode: 0o666, key: key, services: nil, sharing: .environmentDefault,
-                 buffering: .environmentDefault, readCache: .off, adoptingEmptyFile: true)
+                 buffering: .environmentDefault, readCache: .off, partialOverwrites: .environmentDefault, adoptingEmptyFile: true)
     }
 
     private static func open(_ path: BytePath, flags: Int32, mode: mode_t, key: KeySelection, services: (any KeyProvider)?,
                              sharing: Sharing, buffering: Buffering, readCache: ReadCache,
-                             adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
+                             partialOverwrites: PartialOverwrites, adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_SYNC | O_DSYNC
             | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
@@ -99,7 +107,8 @@ extension SecureFile {
             shared = try OpenFiles.acquire(.init(identity: identity, services: services, key: key, path: path, fd: fd,
                                                  writable: kernelWritable, create: opened.created || adoptingEmptyFile,
                                                  truncate: truncate, coordinated: sharing == .processes,
-                                                 readCacheBytes: readCache.bytes, physicalSize: Int64(st.st_size)))
+                                                 readCacheBytes: readCache.bytes, doubleWrite: partialOverwrites == .doubleWrite,
+                                                 physicalSize: Int64(st.st_size)))
         } catch {
             _ = Sys.close(fd)
             throw error
@@ -109,6 +118,16 @@ extension SecureFile {
         let file = SecureFile(fd: fd, path: path, shared: shared, accessMode: accessMode, append: flags & O_APPEND != 0,
                               buffering: sharing == .processes ? .writeThrough : buffering, synchronized: synchronized)
         if opened.created { shared.lock.withLock { shared.directoryToSync = Sys.directory(of: path) } }
+        if partialOverwrites == .doubleWrite && accessMode != O_RDONLY {
+            // Double writes use the chunk-copy slots of version 4: an older file would silently go without.
+            let layout = shared.lock.withLock { shared.layout }
+            guard layout.hasTailCopies else {
+                do { try file.close() } catch {
+                    // Nothing was written through it.
+                }
+                throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): double writes need a file of format version 4 with chunks of at most \(1 << Int(FileLayout.largestTailCopyChunkShift)) bytes (this one: version \(layout.version), chunks of \(1 << Int(layout.chunkShift)) bytes); `acsecure rekey` rewrites it in the current format")
+            }
+        }
         guard opened.unnamed else { return file }
         // The new file has its header: now it gets its name (and exists for others).
         switch Sys.linkDescriptor(fd, to: path) {
@@ -121,7 +140,7 @@ extension SecureFile {
             // Another process created the name meanwhile: open(2) would have opened its file.
             if e.rawValue == EEXIST, flags & O_EXCL == 0 {
                 return try open(path, flags: flags & ~O_CREAT, mode: mode, key: key, services: services,
-                                sharing: sharing, buffering: buffering, readCache: readCache)
+                                sharing: sharing, buffering: buffering, readCache: readCache, partialOverwrites: partialOverwrites)
             }
             throw .posix(e.rawValue, path)
         }
@@ -208,6 +227,25 @@ extension SecureFile {
         public static var environmentDefault: Buffering {
             if let v = getenv("ACSECURE_BUFFERING"), ["write-back", "writeback"].contains(String(cString: v)) { return .writeBack }
             return .writeThrough
+        }
+    }
+
+    /// How a write that rewrites part of a chunk in place keeps the chunk's other bytes safe
+    /// (docs/FORMAT.md "A chunk copy" and "Double write").
+    public enum PartialOverwrites: Sendable, Equatable {
+        /// The chunk, as it is about to be rewritten, goes to a chunk copy first: a kill never
+        /// tears it. A power loss before the next sync may, when the copy did not reach the device
+        /// either: the chunk then reads as corrupt (EIO), its synced bytes too, until rewritten whole.
+        case chunkCopy
+        /// The chunk copy is on the device before the chunk is rewritten, and the rewrite before the
+        /// call returns (two `fdatasync`s per such write, as InnoDB's doublewrite buffer): a power
+        /// loss costs no synced byte. Writes of whole chunks and appends are not slowed.
+        case doubleWrite
+
+        /// `.doubleWrite` when `ACSECURE_DOUBLE_WRITE=1`, else `.chunkCopy`.
+        public static var environmentDefault: PartialOverwrites {
+            if let v = getenv("ACSECURE_DOUBLE_WRITE"), String(cString: v) == "1" { return .doubleWrite }
+            return .chunkCopy
         }
     }
 

@@ -12,9 +12,10 @@ extension SecureFile {
                             services: (any KeyProvider)? = nil,
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
-                            readCache: ReadCache = .off) throws(SecureFileError) -> SecureFile {
+                            readCache: ReadCache = .off,
+                            partialOverwrites: PartialOverwrites = .environmentDefault) throws(SecureFileError) -> SecureFile {
         try open(BytePath(path), flags: flags, mode: mode, key: key, services: services, sharing: sharing,
-                 buffering: buffering, readCache: readCache)
+                 buffering: buffering, readCache: readCache, partialOverwrites: partialOverwrites)
     }
 }
 

@@ -19,6 +19,13 @@ import ACSystemCalls
 /// write's bytes, so nothing has to invalidate it. The copy stays valid until its chunk is whole in place: the writer knows that when its
 /// `pwrite` returns; anyone else (a process after a kill) checks the chunk, and writes the copy
 /// back if it is torn, before a copy goes over it (`settleChunkCopy`).
+///
+/// A power loss is another matter: neither the copy nor the rewrite need reach the device, in
+/// either order. With double writes (`doubleWrite`, docs/FORMAT.md "Double write") a barrier puts
+/// the copy on the device before the rewrite, and another the rewrite before the call returns (so
+/// no later copy, of this process or another, goes over the only whole version of the chunk); a
+/// chunk rewritten in part is then copied even where it lies in one page, which a power loss tears
+/// at a sector.
 extension SharedFile {
     /// Writes the sealed chunks of an overwrite inside the file (`bytes` bytes at `buf`: `k` chunks
     /// from `first`, no trailer) in place. The batch's first and last chunk, when they keep old bytes
@@ -30,7 +37,7 @@ extension SharedFile {
         let start = layout.chunkOffset(first)
         func needsCopy(_ j: Int) -> Bool {
             let count = j == k - 1 ? bytes - j * physical : physical
-            return keepsOldBytes(first + Int64(j)) && !Self.withinOnePage(start + Int64(j * physical), Int64(count))
+            return keepsOldBytes(first + Int64(j)) && (doubleWrite || !Self.withinOnePage(start + Int64(j * physical), Int64(count)))
         }
         let firstNeedsCopy = needsCopy(0)
         let lastNeedsCopy = k > 1 && needsCopy(k - 1)
@@ -40,6 +47,7 @@ extension SharedFile {
             try writeChunkCopy(buf, index: first, sealedBytes: count)
             if lastNeedsCopy {
                 try checkIO(Sys.pwriteFull(ioFD, buf, count, start), "write")
+                try doubleWriteBarrier("a chunk rewritten in part before the next chunk copy")
                 unconfirmedChunkCopy = nil
                 from = count
             }
@@ -49,9 +57,11 @@ extension SharedFile {
             try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at)
         }
         try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
+        guard firstNeedsCopy || lastNeedsCopy else { return }
+        try doubleWriteBarrier("a chunk rewritten in part before the call returns")
         // Only this call's own copy is now settled: one learned from disk and not yet settled (a
         // failed rewrite's, another process's) stays until a copy is about to go over it.
-        if firstNeedsCopy || lastNeedsCopy { unconfirmedChunkCopy = nil }
+        unconfirmedChunkCopy = nil
     }
 
     /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks
@@ -76,7 +86,7 @@ extension SharedFile {
         let lastStart = layout.chunkOffset(lastIndex)
         let copiesTheEnd = lastIndex == diskChunks - 1 && diskSize & mask != 0 && !Self.withinOnePage(lastStart, oldEnd - lastStart)
         let copiesTheFirst = k > 1 && first < diskSize >> Int64(layout.chunkShift) && keepsOldBytes(first)
-            && !Self.withinOnePage(start, Int64(physical))
+            && (doubleWrite || !Self.withinOnePage(start, Int64(physical)))
         func copyTheEnd() throws(SecureFileError) {
             if newDiskSize & mask != 0 {
                 try writeTailCopy(size: newDiskSize, sealedEnd: buf + (k - 1) * physical, kind: .rewrite)
@@ -96,21 +106,32 @@ extension SharedFile {
         } else if copiesTheFirst && copiesTheEnd {
             try write(split, bytes)
             try write(0, physical)
+            try doubleWriteBarrier("a chunk rewritten in part before the end's copy")
             unconfirmedChunkCopy = nil
             try copyTheEnd()
             try write(physical, split)
+            return
         } else {
             if copiesTheEnd { try copyTheEnd() }
             try write(split, bytes)
             try write(0, split)
         }
-        if copiesTheFirst { unconfirmedChunkCopy = nil }
+        guard copiesTheFirst else { return }
+        try doubleWriteBarrier("a chunk rewritten in part before the call returns")
+        unconfirmedChunkCopy = nil
     }
 
     /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy.
+    /// With double writes, on the device before its chunk is rewritten.
     private func writeChunkCopy(_ sealed: UnsafeRawPointer, index: Int64, sealedBytes: Int) throws(SecureFileError) {
         let end = index << Int64(layout.chunkShift) + Int64(sealedBytes - layout.chunkOverhead)
         try writeTailCopy(size: end, sealedEnd: sealed, kind: .chunk)
+        try doubleWriteBarrier("a chunk copy before its chunk is rewritten")
+    }
+
+    /// With double writes, an ordering point (`orderingBarrier`); otherwise nothing.
+    private func doubleWriteBarrier(_ why: String) throws(SecureFileError) {
+        if doubleWrite { try orderingBarrier(why) }
     }
 
     /// Opens the sealed chunk `index` read in place (`length` plaintext bytes, into `plaintext`),

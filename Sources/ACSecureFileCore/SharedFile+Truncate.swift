@@ -179,8 +179,8 @@ extension SharedFile {
     }
 
     /// An ordering point between two steps of a change: `fdatasync(2)`, so every step before it is on
-    /// the device before any step after it is written. Only cuts and emptying use them (a power loss
-    /// must not find the length changed around data that is not there yet).
+    /// the device before any step after it is written. Cuts and emptying use them (a power loss
+    /// must not find the length changed around data that is not there yet), and double writes.
     func orderingBarrier(_ why: String) throws(SecureFileError) {
         try checkIO(Sys.fdatasync(ioFD), "fdatasync (\(why))")
     }

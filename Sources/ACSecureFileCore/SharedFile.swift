@@ -113,6 +113,9 @@ final class SharedFile: @unchecked Sendable {
     var endCheckedWithoutLock = false
     /// Other processes may write this file: every operation takes a record lock and rereads.
     var coordinated = false
+    /// A handle asked for double writes (`SecureFile.PartialOverwrites.doubleWrite`): a chunk copy is
+    /// on the device before its chunk is rewritten, and the rewrite before the call returns.
+    var doubleWrite = false
     /// The fork count this state was last used at: a forked child adopts it first (`adoptAfterForkIfNeeded`).
     var forkGeneration: Int
     /// `ioFD` is still the open file description a forked child inherited (its reopen failed in

@@ -287,10 +287,11 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
         }
         let data = (0..<s.count).map { pattern(1, $0) }
         switch s.kind {
-        case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite:
+        case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite, .doubleWrite:
             let shared = s.kind == .sharedWrite || s.kind == .sharedTruncate
             let file = try SecureFile.open(path, flags: O_RDWR | (s.kind == .dsyncWrite ? O_DSYNC : 0), services: services,
-                                           sharing: shared ? .processes : .thisProcess)
+                                           sharing: shared ? .processes : .thisProcess,
+                                           partialOverwrites: s.kind == .doubleWrite ? .doubleWrite : .chunkCopy)
             if s.kind == .truncate || s.kind == .sharedTruncate {
                 try file.truncate(to: Int64(s.offset))
             } else {
@@ -345,6 +346,8 @@ struct CrashShape {
     enum Kind: String {
         case write, truncate, append, writev
         case dsyncWrite = "dsync-write", sharedWrite = "shared-write", sharedTruncate = "shared-truncate"
+        /// A write through a handle that double-writes partial overwrites (its barriers are kill points too).
+        case doubleWrite = "double-write"
         /// Reopen with O_TRUNC, then write.
         case truncatingOpenThenWrite = "trunc-write"
         /// The file does not exist: a creating open, then a write.
@@ -388,6 +391,8 @@ struct CrashShape {
         CrashShape("overwrite-inside-one-chunk", 20000, .write, 5000, 100),
         CrashShape("overwrite-across-two-chunks", 20000, .write, 8100, 200),
         CrashShape("coordinated-overwrite-inside-one-chunk", 20000, .sharedWrite, 5000, 100),
+        CrashShape("double-write-across-two-chunks", 20000, .doubleWrite, 8100, 200),
+        CrashShape("double-write-across-end", 5000, .doubleWrite, 3000, 4000),
         CrashShape("shrink-inside-middle-chunk", 10000, .truncate, 5000, 0),
         CrashShape("shrink-at-chunk-boundary", 10000, .truncate, 4096, 0),
         CrashShape("shrink-aligned-from-large", 50000, .truncate, 12288, 0),

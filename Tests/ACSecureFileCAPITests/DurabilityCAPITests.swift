@@ -6,6 +6,7 @@ import XCTest
 import CACSecureFile
 @testable import ACSecureFileCAPI
 import ACSecureFileCore
+import ACSystemCalls
 
 /// When written data is in the file, through the C API: write-through by default, write-back only
 /// when asked (ACSecureFileOpenWithOptions), the durability calls, and a recovered interrupted
@@ -47,6 +48,30 @@ final class DurabilityCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileFsync(fd), 0)
         XCTAssertEqual(physicalSize("b"), physical(110), "fsync writes it too")
         XCTAssertEqual(ACSecureFileClose(fd), 0)
+    }
+
+    /// ACSECURE_OPEN_DOUBLE_WRITE, and ACSECURE_DOUBLE_WRITE=1 for ACSecureFileOpen: a write that
+    /// rewrites part of a chunk syncs twice (its copy, then the chunk); without them it does not.
+    func testDoubleWritesAreAskedForByOptionOrEnvironment() {
+        func barriers(_ name: String, options: UInt32?) -> Int {
+            let path = directory + "/" + name
+            let fd = options.map { ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT, 0o600, $0) } ?? ACSecureFile_openWithMode(path, O_RDWR | O_CREAT, 0o600)
+            XCTAssertGreaterThanOrEqual(fd, 0, name)
+            XCTAssertEqual(Array(repeating: UInt8(7), count: 10_000).withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 10_000) }, 10_000)
+            final class Count: @unchecked Sendable { var syncs = 0 }
+            let count = Count()
+            SystemCallRecorder.with(SystemCallRecorder { if case .sync = $0 { count.syncs += 1 } }) {
+                XCTAssertEqual([UInt8](repeating: 8, count: 100).withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, 100, 5000) }, 100)
+            }
+            XCTAssertEqual(ACSecureFileClose(fd), 0)
+            return count.syncs
+        }
+        XCTAssertEqual(barriers("plain", options: 0), 0)
+        XCTAssertEqual(barriers("option", options: UInt32(ACSECURE_OPEN_DOUBLE_WRITE)), 2)
+        setenv("ACSECURE_DOUBLE_WRITE", "1", 1)
+        defer { unsetenv("ACSECURE_DOUBLE_WRITE") }
+        XCTAssertEqual(barriers("environment", options: nil), 2)
+        XCTAssertEqual(barriers("environment-ignored", options: 0), 0, "ACSecureFileOpenWithOptions ignores the environment")
     }
 
     func testBadArgumentsAndDescriptors() {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import XCTest
 import ACSecureServices
+import ACSystemCalls
 import ACSecureTestSupport
 @testable import ACSecureFileCore
 
@@ -357,5 +358,58 @@ final class ChunkCopyTests: XCTestCase {
         let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
         XCTAssertEqual(try h.readAll(), Array(plaintext(7563, 2)[0..<4096]))
         try h.close()
+    }
+
+    /// Double writes (`.doubleWrite`, docs/FORMAT.md "Double write"), from the system calls: a chunk
+    /// rewritten in part gets its copy, a barrier, the rewrite and a barrier (each of two such
+    /// chunks; the first of an overwrite across the end); whole chunks and appends get none. The
+    /// crash-state enumerator's `overwrite-double-write` checks what this buys against power loss.
+    func testDoubleWritesPutEachChunkCopyAndThenItsChunkOnTheDevice() throws {
+        let env = try TestEnvironment()
+        let path = env.path("double")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services, partialOverwrites: .doubleWrite)
+        _ = try f.pwrite(plaintext(40_900), at: 0)
+        let slots = [layout.tailCopyOffset(0), layout.tailCopyOffset(1)]
+        /// `body`'s file-changing calls: C a chunk copy, W a write in place, S a barrier.
+        func calls(_ body: () throws -> Void) throws -> String {
+            final class Calls: @unchecked Sendable { var text = "" }
+            let seen = Calls()
+            try SystemCallRecorder.with(SystemCallRecorder { event in
+                switch event {
+                case .write(_, let offset, _): seen.text += slots.contains(offset) ? "C" : "W"
+                case .sync: seen.text += "S"
+                default: break
+                }
+            }) { try body() }
+            return seen.text
+        }
+        XCTAssertEqual(try calls { _ = try f.pwrite([1, 2, 3], at: 3 * 4096 + 100) }, "CSWS", "inside one chunk")
+        XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(100, 1), at: 5 * 4096 - 50) }, "CSWSCSWS", "across two chunks")
+        XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }, "W", "whole chunks")
+        XCTAssertFalse(try calls { _ = try f.pwrite(plaintext(100, 4), at: 40_900) }.contains("S"), "an append")
+        let across = try calls { _ = try f.pwrite(plaintext(3000, 5), at: 39_000) }
+        XCTAssertTrue(across.hasPrefix("CS") && across.hasSuffix("S") && across.filter { $0 == "S" }.count == 2,
+                      "across the end from a full chunk rewritten in part: \(across)")
+        var expected = plaintext(40_900) + plaintext(100, 4)
+        for (at, bytes) in [(3 * 4096 + 100, [1, 2, 3] as [UInt8]), (5 * 4096 - 50, plaintext(100, 1)), (2 * 4096, plaintext(8192, 3))] {
+            expected.replaceSubrange(at..<at + bytes.count, with: bytes)
+        }
+        expected.replaceSubrange(39_000..<41_000, with: plaintext(2000, 5))
+        expected += plaintext(3000, 5)[2000...]
+        XCTAssertEqual(try f.readAll(), expected)
+        try f.close()
+
+        // The slots are version 4's: an older file is refused for writing, not written without.
+        let v3 = env.path("v3")
+        writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
+        let services = FixedKeyProvider(kek: try FormatVectorTests.kek())
+        XCTAssertThrowsError(try SecureFile.open(v3, flags: O_RDWR, services: services, partialOverwrites: .doubleWrite)) { error in
+            let e = error as? SecureFileError
+            XCTAssertEqual(e?.errno, EINVAL)
+            XCTAssertTrue(e?.message.contains("version 3") == true && e?.message.contains("acsecure rekey") == true, "\(String(describing: e))")
+        }
+        let reader = try SecureFile.open(v3, flags: O_RDONLY, services: services, partialOverwrites: .doubleWrite)
+        XCTAssertGreaterThan(try reader.size, 4096)
+        try reader.close()
     }
 }

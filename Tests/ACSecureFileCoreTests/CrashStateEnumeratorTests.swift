@@ -62,15 +62,14 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try w.append(f, 1_200_000); try w.sync(f)
             try f.close()
         },
-        Workload(name: "overwrite", expected: .knownGap("issue 24 item 4: a torn rewrite of part of a chunk loses its bytes the call did not change, unless its chunk copy reached the device (nothing else: the file takes changes)", sample: 62, full: 1950), initial: 40_000) { w in
-            let f = try w.open(O_RDWR)
-            var rng = SplitMix64(seed: 24)
-            for _ in 0..<w.rounds(5, 30) {
-                let count = 1 + Int(rng.next() % 6000), at = Int(rng.next() % UInt64(40_000 - count))
-                try w.write(f, count, at: at); try w.sync(f)
-            }
-            try w.write(f, 4096, at: 8192); try w.sync(f)  // a whole chunk
-            try f.close()
+        Workload(name: "overwrite", expected: .knownGap("issue 24 item 4: a torn rewrite of part of a chunk loses its bytes the call did not change, unless its chunk copy reached the device (nothing else: the file takes changes); double writes close it", sample: 84, full: 2040), initial: 40_000) { w in
+            try overwrites(w, .chunkCopy)
+        },
+        Workload(name: "overwrite-double-write", expected: .clean, initial: 40_000) { w in
+            try overwrites(w, .doubleWrite)
+        },
+        Workload(name: "overwrite-double-write-coordinated", expected: .clean, initial: 40_000) { w in
+            try overwrites(w, .doubleWrite, sharing: .processes)
         },
         Workload(name: "overwrite-whole-chunks", expected: .clean, initial: 40_000) { w in
             // Every chunk rewritten is rewritten whole: no synced byte shares a chunk with the change.
@@ -120,6 +119,23 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try f.close()
         },
     ] }
+
+    /// Random overwrites inside and across chunks, each synced; then several between two syncs (one
+    /// chunk rewritten twice, its neighbour's copy going over its own), one across the end, and a
+    /// whole chunk.
+    static func overwrites(_ w: CrashWorkloadRun, _ partialOverwrites: SecureFile.PartialOverwrites,
+                           sharing: SecureFile.Sharing = .thisProcess) throws {
+        let f = try w.open(O_RDWR, sharing: sharing, partialOverwrites: partialOverwrites)
+        var rng = SplitMix64(seed: 24)
+        for _ in 0..<w.rounds(5, 30) {
+            let count = 1 + Int(rng.next() % 6000), at = Int(rng.next() % UInt64(40_000 - count))
+            try w.write(f, count, at: at); try w.sync(f)
+        }
+        try w.write(f, 100, at: 5000); try w.write(f, 3000, at: 6000); try w.write(f, 200, at: 13_000); try w.sync(f)
+        try w.write(f, 6000, at: 38_000); try w.sync(f)  // across the end
+        try w.write(f, 4096, at: 8192); try w.sync(f)  // a whole chunk
+        try f.close()
+    }
 
     struct Counts {
         var states = 0
@@ -335,8 +351,10 @@ final class CrashWorkloadRun {
         XCTAssertEqual(unexpected, [], "calls on a descriptor whose file was not known")
     }
 
-    func open(_ flags: Int32, sharing: SecureFile.Sharing = .thisProcess, buffering: SecureFile.Buffering = .writeThrough) throws -> SecureFile {
-        let f = try SecureFile.open(path, flags: flags, services: env.services, sharing: sharing, buffering: buffering)
+    func open(_ flags: Int32, sharing: SecureFile.Sharing = .thisProcess, buffering: SecureFile.Buffering = .writeThrough,
+              partialOverwrites: SecureFile.PartialOverwrites = .chunkCopy) throws -> SecureFile {
+        let f = try SecureFile.open(path, flags: flags, services: env.services, sharing: sharing, buffering: buffering,
+                                    partialOverwrites: partialOverwrites)
         let touched = flags & O_TRUNC != 0 ? 0..<model.count : nil
         if flags & O_TRUNC != 0 { model = [] }
         events.append(.model(model, touched: touched, durable: false))

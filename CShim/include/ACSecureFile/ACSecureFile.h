@@ -156,6 +156,17 @@ enum {
      *  the file is read without a cache. Like the one-chunk cache, a chunk changed on disk by
      *  someone else while it is cached is not read again (docs/FORMAT.md, threat model). */
     ACSECURE_OPEN_READ_CACHE = 1u << 2,
+    /** Double writes: a write that rewrites part of a chunk (4096 plaintext bytes, aligned) puts the
+     *  chunk's copy on the device before rewriting it, and the rewrite before it returns (two
+     *  fdatasyncs per such write, as InnoDB's doublewrite buffer), so a power loss never costs bytes
+     *  a sync made durable. Without it a kill never tears such a chunk either, but a power loss
+     *  before the next sync may, when the copy did not reach the device: the chunk then reads EIO,
+     *  its synced bytes too, until it is rewritten whole (docs/FORMAT.md "Double write").
+     *  Writes of whole chunks, appends, truncation and syncs cost the same as without it. SQLite
+     *  does not need it (it writes whole pages and rewrites them from its journal or WAL).
+     *  ACSECURE_DOUBLE_WRITE=1 in the environment turns it on for ACSecureFileOpen. The file's state
+     *  is shared by the process's descriptors of it: once one asked for it, all of them double-write. */
+    ACSECURE_OPEN_DOUBLE_WRITE = 1u << 3,
 };
 
 /**
