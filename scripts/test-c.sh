@@ -18,7 +18,7 @@
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c,
-#       parallel-read.c, journal-pattern.c, per-call.c and kill-tear.c (one short round each, likewise;
+#       parallel-read.c, journal-pattern.c, per-call.c, double-write.c and kill-tear.c (one short round each, likewise;
 #       kill-tear.c's 100 random kills of an appender, and of an overwriter, must leave no unreadable chunk).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   ACSECURE_TEST_C_PREFIX install there instead of into the temp dir (scripts/test.sh: the SQLite and
@@ -63,6 +63,7 @@ build parallel-read "$root/Benchmarks/c/parallel-read.c"
 build journal-pattern "$root/Benchmarks/c/journal-pattern.c"
 build per-call "$root/Benchmarks/c/per-call.c"
 build kill-tear "$root/Benchmarks/c/kill-tear.c"
+build double-write "$root/Benchmarks/c/double-write.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -145,6 +146,7 @@ mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 |
 "$work/parallel-read" "$work/open-cost-files" 1 200 1 2 >/dev/null || status=1
 "$work/journal-pattern" "$work/open-cost-files" 32 1 1 >/dev/null || status=1
 "$work/per-call" "$work/open-cost-files" 1 50 >/dev/null || status=1
+"$work/double-write" "$work/open-cost-files" 1 5 >/dev/null || status=1
 # A SIGKILL at a random moment must never leave an appender's or an overwriter's file with a chunk
 # that does not read or a byte it never had (before stop 36 about 8 % of kills of an appender did,
 # before stop 37 about 5 % of an overwriter's: the chance that 100 pass by luck is about 2 in
