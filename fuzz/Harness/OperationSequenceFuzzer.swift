@@ -189,7 +189,10 @@ public enum OperationSequenceFuzzer {
         }
         func openPair(_ flags: Int32) -> FuzzFinding? {
             let r = secure { () throws(SecureFileError) -> Int64 in
-                let f = try SecureFile.open(st.securePath, flags: flags, mode: 0o600, services: services)
+                // Every third open asks for double writes (which then hold for the file's state
+                // until its last handle closes): their barriers must change no result.
+                let f = try SecureFile.open(st.securePath, flags: flags, mode: 0o600, services: services,
+                                            partialOverwrites: step % 3 == 2 ? .doubleWrite : .chunkCopy)
                 pairs.append(Pair(plain: -1, secure: f, flags: flags))
                 return 0
             }
