@@ -412,4 +412,43 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertGreaterThan(try reader.size, 4096)
         try reader.close()
     }
+
+    /// A double write whose barrier fails fails the call with the barrier's errno (never swallowed):
+    /// at the first, before the chunk is touched (the file keeps its old bytes); at the second,
+    /// after it (the call's bytes may be there, as after a failed `O_DSYNC` write). Either way every
+    /// other byte reads as before and the file takes the next write.
+    func testAFailedDoubleWriteBarrierFailsTheCall() throws {
+        for failing in 1...2 {
+            let env = try TestEnvironment()
+            let path = env.path("barrier-\(failing)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services, partialOverwrites: .doubleWrite)
+            let old = plaintext(40_900)
+            _ = try f.pwrite(old, at: 0)
+            final class Syncs: @unchecked Sendable { var count = 0 }
+            let syncs = Syncs()
+            SecureFileTesting.faultInjector = { call in
+                guard call == .fdatasync else { return nil }
+                syncs.count += 1
+                return syncs.count == failing ? .fail(EIO) : nil
+            }
+            let at = 3 * 4096 + 100
+            XCTAssertThrowsError(try f.pwrite([1, 2, 3], at: Int64(at)), "barrier \(failing)") { error in
+                XCTAssertEqual((error as? SecureFileError)?.errno, EIO, "barrier \(failing)")
+            }
+            SecureFileTesting.faultInjector = nil
+            var read = try f.readAll()
+            XCTAssertEqual(read.count, old.count)
+            if failing == 1 { XCTAssertEqual(read, old, "the first barrier failed: nothing was rewritten") }
+            XCTAssertTrue(read[at..<at + 3] == old[at..<at + 3] || read[at..<at + 3] == [1, 2, 3], "barrier \(failing)")
+            read.replaceSubrange(at..<at + 3, with: old[at..<at + 3])
+            XCTAssertEqual(read, old, "every other byte is as before (barrier \(failing))")
+            _ = try f.pwrite([4, 5, 6], at: Int64(at))
+            try f.close()
+            var expected = old
+            expected.replaceSubrange(at..<at + 3, with: [4, 5, 6])
+            let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try g.readAll(), expected, "barrier \(failing)")
+            try g.close()
+        }
+    }
 }
