@@ -65,8 +65,8 @@ final class Fixture: @unchecked Sendable {
 
     func path(_ name: String) -> String { directory + "/" + name }
 
-    func open(_ name: String, _ flags: Int32) -> SecureFile {
-        do { return try SecureFile.open(path(name), flags: flags, mode: 0o600, services: services) } catch {
+    func open(_ name: String, _ flags: Int32, partialOverwrites: SecureFile.PartialOverwrites = .chunkCopy) -> SecureFile {
+        do { return try SecureFile.open(path(name), flags: flags, mode: 0o600, services: services, partialOverwrites: partialOverwrites) } catch {
             fatalError("open \(name): \(error)")
         }
     }
@@ -131,6 +131,21 @@ let benchmarks: @Sendable () -> Void = {
         }
         try f.close()  // writes nothing here (whole chunks bypass the cache) but belongs to the cost
         benchmark.stopMeasurement()
+    }
+
+    // A chunk rewritten in part: a chunk copy first (the default), or double writes (the copy and
+    // the rewrite each on the device before the next step: two fdatasyncs; docs/FORMAT.md "Double write").
+    for (partialOverwrites, label) in [(SecureFile.PartialOverwrites.chunkCopy, "chunk copy"), (.doubleWrite, "double writes")] {
+        Benchmark("Random 100-byte pwrite inside a chunk, 64 MiB file, \(label)", configuration: perCall) { benchmark in
+            let f = fx.open("large", O_RDWR, partialOverwrites: partialOverwrites)
+            benchmark.startMeasurement()
+            for i in benchmark.scaledIterations {
+                blackHole(try f.pwrite(UnsafeRawBufferPointer(start: fx.source.baseAddress! + (i & 255) * 100, count: 100),
+                                       at: fx.offsets[i & 4095] + 1000))
+            }
+            try f.close()
+            benchmark.stopMeasurement()
+        }
     }
 
     for recordSize in [100, 512] {
