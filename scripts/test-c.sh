@@ -19,7 +19,7 @@
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c,
 #       parallel-read.c, journal-pattern.c, per-call.c, double-write.c and kill-tear.c (one short round each, likewise;
-#       kill-tear.c's 100 random kills of an appender, and of an overwriter, must leave no unreadable chunk).
+#       kill-tear.c's 100 random kills of an appender, and of an overwriter, and 50 of an overwriter with double writes, must leave no unreadable chunk).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   ACSECURE_TEST_C_PREFIX install there instead of into the temp dir (scripts/test.sh: the SQLite and
 #   CPython suites then use this install instead of making their own),
@@ -158,6 +158,12 @@ for mode in append overwrite; do
         status=1
     fi
 done
+# The same overwriter with double writes (ACSECURE_DOUBLE_WRITE=1: two fdatasyncs per overwrite).
+if ! out="$(ACSECURE_DOUBLE_WRITE=1 "$work/kill-tear" "$work/open-cost-files" 50 100 overwrite --require-none 2>&1)"; then
+    echo "test-c: kill-tear: random kills of an overwriter with double writes left unreadable chunks:" >&2
+    echo "$out" >&2
+    status=1
+fi
 
 # The library carries the Swift runtime: a C program runs with the toolchain's runtime directory
 # hidden (a mount namespace with an empty directory bound over it). Needs root and unshare(1).
