@@ -47,8 +47,7 @@ extension SharedFile {
             try writeChunkCopy(buf, index: first, sealedBytes: count)
             if lastNeedsCopy {
                 try checkIO(Sys.pwriteFull(ioFD, buf, count, start), "write")
-                try doubleWriteBarrier("a chunk rewritten in part before the next chunk copy")
-                unconfirmedChunkCopy = nil
+                try ownChunkCopySettled("a chunk rewritten in part before the next chunk copy")
                 from = count
             }
         }
@@ -57,11 +56,7 @@ extension SharedFile {
             try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at)
         }
         try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
-        guard firstNeedsCopy || lastNeedsCopy else { return }
-        try doubleWriteBarrier("a chunk rewritten in part before the call returns")
-        // Only this call's own copy is now settled: one learned from disk and not yet settled (a
-        // failed rewrite's, another process's) stays until a copy is about to go over it.
-        unconfirmedChunkCopy = nil
+        if firstNeedsCopy || lastNeedsCopy { try ownChunkCopySettled("a chunk rewritten in part before the call returns") }
     }
 
     /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks
@@ -106,8 +101,7 @@ extension SharedFile {
         } else if copiesTheFirst && copiesTheEnd {
             try write(split, bytes)
             try write(0, physical)
-            try doubleWriteBarrier("a chunk rewritten in part before the end's copy")
-            unconfirmedChunkCopy = nil
+            try ownChunkCopySettled("a chunk rewritten in part before the end's copy")
             try copyTheEnd()
             try write(physical, split)
             return
@@ -116,9 +110,7 @@ extension SharedFile {
             try write(split, bytes)
             try write(0, split)
         }
-        guard copiesTheFirst else { return }
-        try doubleWriteBarrier("a chunk rewritten in part before the call returns")
-        unconfirmedChunkCopy = nil
+        if copiesTheFirst { try ownChunkCopySettled("a chunk rewritten in part before the call returns") }
     }
 
     /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy.
@@ -126,12 +118,16 @@ extension SharedFile {
     private func writeChunkCopy(_ sealed: UnsafeRawPointer, index: Int64, sealedBytes: Int) throws(SecureFileError) {
         let end = index << Int64(layout.chunkShift) + Int64(sealedBytes - layout.chunkOverhead)
         try writeTailCopy(size: end, sealedEnd: sealed, kind: .chunk)
-        try doubleWriteBarrier("a chunk copy before its chunk is rewritten")
+        if doubleWrite { try orderingBarrier("a chunk copy before its chunk is rewritten") }
     }
 
-    /// With double writes, an ordering point (`orderingBarrier`); otherwise nothing.
-    private func doubleWriteBarrier(_ why: String) throws(SecureFileError) {
+    /// This call's chunk copy has done its work: its chunk is whole in place (with double writes, on
+    /// the device: `why` names the barrier). Only this call's own copy is settled so: one learned
+    /// from disk and not yet settled (a failed rewrite's, another process's) stays until a copy is
+    /// about to go over it.
+    private func ownChunkCopySettled(_ why: String) throws(SecureFileError) {
         if doubleWrite { try orderingBarrier(why) }
+        unconfirmedChunkCopy = nil
     }
 
     /// Opens the sealed chunk `index` read in place (`length` plaintext bytes, into `plaintext`),

@@ -34,8 +34,14 @@ extension SharedFile {
     /// sealed chunk alone (kind 3: `size` is where that chunk ends).
     func copyLength(_ descriptor: TailCopyDescriptor) -> (chunk: Int, total: Int) {
         guard descriptor.kind == .chunk else { return tailCopyLength(size: descriptor.size) }
-        let chunk = layout.chunkLength((descriptor.size - 1) >> Int64(layout.chunkShift), size: descriptor.size) + layout.chunkOverhead
+        let chunk = layout.chunkLength(copiedChunkIndex(descriptor), size: descriptor.size) + layout.chunkOverhead
         return (chunk, chunk)
+    }
+
+    /// The index of the chunk a slot's copy holds: a chunk copy's ends at its `size`, an end's last
+    /// chunk (when not full) holds the byte at it.
+    func copiedChunkIndex(_ descriptor: TailCopyDescriptor) -> Int64 {
+        (descriptor.kind == .chunk ? descriptor.size - 1 : descriptor.size) >> Int64(layout.chunkShift)
     }
 
     /// Before an application's sync: a copy of the end the sync makes durable, unless the newest
@@ -92,11 +98,11 @@ extension SharedFile {
                        kind: TailCopyDescriptor.Kind = .sync) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
         try learnTheNewestCopy(sequenceIsCurrent: sequenceIsCurrent)
-        let descriptor = TailCopyDescriptor(sequence: tailCopySequence &+ (tailCopyNewestIsForARewrite ? 2 : 1), size: size, kind: kind)
+        let descriptor = TailCopyDescriptor(sequence: tailCopySequence &+ (tailCopyNewestIsNotASyncs ? 2 : 1), size: size, kind: kind)
         let (chunkBytes, total) = copyLength(descriptor)
         let slot = Int(descriptor.sequence & 1)
         // A sync's copy (also a cut's) is of the end the file is being given; the others are of writes.
-        if tailCopyNewestIsForARewrite { try settleChunkCopy(fileEnd: kind == .sync ? size : diskSize) }
+        if tailCopyNewestIsNotASyncs { try settleChunkCopy(fileEnd: kind == .sync ? size : diskSize) }
         try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
             let d = b.baseAddress!
             let copy = d + TailCopyDescriptor.size
@@ -109,7 +115,7 @@ extension SharedFile {
             try checkIO(Sys.pwriteFull(ioFD, d, b.count, layout.tailCopyOffset(slot)), "write the tail copy")
         }
         tailCopySequence = descriptor.sequence
-        tailCopyNewestIsForARewrite = kind != .sync
+        tailCopyNewestIsNotASyncs = kind != .sync
         // A rewrite's copy is not the end a sync makes durable: the next sync writes its own.
         if kind == .sync { tailCopyStale = false }
     }
@@ -138,7 +144,7 @@ extension SharedFile {
                 TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b.baseAddress! + $0, count: TailCopyDescriptor.size))
             }
             guard let newest = descriptors.max(by: { $0.sequence < $1.sequence }) else { return false }
-            return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsForARewrite
+            return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsNotASyncs
         }
     }
 
@@ -173,7 +179,7 @@ extension SharedFile {
         (d + TailCopyDescriptor.size).copyMemory(from: trailer, byteCount: layout.trailerSize)
         try sealTailCopy(d, descriptor, slot: 0, copies: d + TailCopyDescriptor.size, chunkBytes: 0)
         tailCopySequence = 0
-        tailCopyNewestIsForARewrite = false
+        tailCopyNewestIsNotASyncs = false
         unconfirmedChunkCopy = nil
         tailCopySequenceKnown = true
         tailCopyStale = false
@@ -239,8 +245,7 @@ extension SharedFile {
                   descriptor.kind == .chunk || trailerAuthenticates(copies + chunkBytes, size: descriptor.size) else { return false }
             guard chunkBytes > 0 else { return true }
             let length = chunkBytes - layout.chunkOverhead
-            let index = descriptor.kind == .chunk ? (descriptor.size - 1) >> Int64(layout.chunkShift) : descriptor.size >> Int64(layout.chunkShift)
-            let ok = openChunk(copies, index: index, length: length, into: workBase, cipher: cipher)
+            let ok = openChunk(copies, index: copiedChunkIndex(descriptor), length: length, into: workBase, cipher: cipher)
             secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
             return ok
         }
@@ -293,7 +298,7 @@ extension SharedFile {
             if try copiesAuthenticate(c.descriptor, slot: c.slot) { newest = c }
         }
         tailCopySequence = newest?.descriptor.sequence ?? 0
-        tailCopyNewestIsForARewrite = newest.map { $0.descriptor.kind != .sync } ?? false
+        tailCopyNewestIsNotASyncs = newest.map { $0.descriptor.kind != .sync } ?? false
         // Another process (or this one before it reopened) may have been killed between a chunk
         // copy and the chunk's rewrite: the copy is settled before anything goes over it.
         unconfirmedChunkCopy = newest.flatMap { $0.descriptor.kind == .chunk ? ($0.slot, $0.descriptor.size) : nil }
@@ -357,7 +362,7 @@ extension SharedFile {
         tailCopySequence = copy.sequence
         // Written back in place before the next copy (`repairTornTailIfNeeded` comes first), which
         // may then go over it if it is a rewrite's.
-        tailCopyNewestIsForARewrite = copy.kind == .rewrite
+        tailCopyNewestIsNotASyncs = copy.kind == .rewrite
         // A newer chunk copy is in the other slot: the next copy goes on from it (re-read).
         tailCopySequenceKnown = all.first.map { $0.descriptor.kind != .chunk } ?? true
         pendingTailRepair = end

@@ -79,7 +79,7 @@ final class SharedFile: @unchecked Sendable {
     var tailCopySequence: UInt64 = 0
     /// The copy with `tailCopySequence` is a rewrite's or a chunk copy (kind 2 or 3): the next copy
     /// goes over it, not over the sync's copy in the other slot.
-    var tailCopyNewestIsForARewrite = false
+    var tailCopyNewestIsNotASyncs = false
     /// The newest copy is a chunk copy (kind 3: its slot, and where its chunk ends) whose chunk is not
     /// known to be whole in place: it is settled (`settleChunkCopy`) before a copy goes over it.
     var unconfirmedChunkCopy: (slot: Int, end: Int64)?

@@ -48,6 +48,14 @@ final class ChunkCopyTests: XCTestCase {
         return (before, readWholeFile(path), expected)
     }
 
+    /// The plaintext of the file at `path`, read through a fresh read-only handle.
+    func readBack(_ path: String, _ env: TestEnvironment) throws -> [UInt8] {
+        let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        let bytes = try f.readAll()
+        try f.close()
+        return bytes
+    }
+
     /// The `pwrite`s (offset, count) of `body`.
     func pwrites(_ body: () throws -> Void) rethrows -> [(offset: Int64, count: Int)] {
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
@@ -176,9 +184,7 @@ final class ChunkCopyTests: XCTestCase {
             _ = try g.pwrite([7], at: Int64(size))
             expected.append(7)
             try g.close()
-            let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-            XCTAssertEqual(try h.readAll(), expected, "\(size): after an append")
-            try h.close()
+            XCTAssertEqual(try readBack(path, env), expected, "\(size): after an append")
         }
     }
 
@@ -255,9 +261,7 @@ final class ChunkCopyTests: XCTestCase {
             try g.close()
             let descriptors = [kindedDescriptor(path, 0), kindedDescriptor(path, 1)].compactMap { $0 }
             XCTAssertFalse(descriptors.contains { $0.0 == .chunk && $0.2 == 3 * 4096 }, "\(next): the copy of chunk 2 was written over")
-            let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-            XCTAssertEqual(try h.readAll(), expected, "\(next): chunk 2 was written back before its copy went")
-            try h.close()
+            XCTAssertEqual(try readBack(path, env), expected, "\(next): chunk 2 was written back before its copy went")
         }
     }
 
@@ -336,9 +340,7 @@ final class ChunkCopyTests: XCTestCase {
         expected += [1, 2, 3]
         expected.replaceSubrange(2 * 4096..<3 * 4096, with: plaintext(4096, 7))
         try h.close()
-        let k = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-        XCTAssertEqual(try k.readAll(), expected)
-        try k.close()
+        XCTAssertEqual(try readBack(path, env), expected)
     }
 
     /// Regression (found by FuzzOperationSequence): a process that found the newest copy to be a
@@ -355,9 +357,7 @@ final class ChunkCopyTests: XCTestCase {
         let g = try SecureFile.open(path, flags: O_WRONLY, services: env.services)
         try g.truncate(to: 4096)
         try g.close()
-        let h = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-        XCTAssertEqual(try h.readAll(), Array(plaintext(7563, 2)[0..<4096]))
-        try h.close()
+        XCTAssertEqual(try readBack(path, env), Array(plaintext(7563, 2)[0..<4096]))
     }
 
     /// Double writes (`.doubleWrite`, docs/FORMAT.md "Double write"), from the system calls: a chunk
@@ -390,12 +390,15 @@ final class ChunkCopyTests: XCTestCase {
         let across = try calls { _ = try f.pwrite(plaintext(3000, 5), at: 39_000) }
         XCTAssertTrue(across.hasPrefix("CS") && across.hasSuffix("S") && across.filter { $0 == "S" }.count == 2,
                       "across the end from a full chunk rewritten in part: \(across)")
+        XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(2000, 6), at: 40_000) }, "CSWS",
+                       "up to the end, not moving it, from a full chunk rewritten in part: in place (the trailer stays)")
         var expected = plaintext(40_900) + plaintext(100, 4)
         for (at, bytes) in [(3 * 4096 + 100, [1, 2, 3] as [UInt8]), (5 * 4096 - 50, plaintext(100, 1)), (2 * 4096, plaintext(8192, 3))] {
             expected.replaceSubrange(at..<at + bytes.count, with: bytes)
         }
         expected.replaceSubrange(39_000..<41_000, with: plaintext(2000, 5))
         expected += plaintext(3000, 5)[2000...]
+        expected.replaceSubrange(40_000..<42_000, with: plaintext(2000, 6))
         XCTAssertEqual(try f.readAll(), expected)
         try f.close()
 
@@ -446,9 +449,7 @@ final class ChunkCopyTests: XCTestCase {
             try f.close()
             var expected = old
             expected.replaceSubrange(at..<at + 3, with: [4, 5, 6])
-            let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-            XCTAssertEqual(try g.readAll(), expected, "barrier \(failing)")
-            try g.close()
+            XCTAssertEqual(try readBack(path, env), expected, "barrier \(failing)")
         }
     }
 }
