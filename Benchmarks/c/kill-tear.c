@@ -1,7 +1,8 @@
 /* How often a SIGKILL at a random moment leaves a chunk that does not read (docs/BENCHMARKS.md
  * "Appends in one pwrite in one page"). A child process appends SIZE-byte records to a new file
  * through the C API (mode "append"), or overwrites SIZE-byte spans at random multiples of SIZE in a
- * 64 KiB file (mode "overwrite": 100 B spans rewrite chunks in part, 4096 B spans whole chunks), as
+ * 64 KiB file, or one of 16 spans above 4 KiB (mode "overwrite": 100 B spans rewrite chunks in
+ * part, 4096 B and larger spans whole chunks), as
  * fast as it can; the parent kills it with SIGKILL after a random 1–21 ms,
  * then opens the file and reads it whole. A trial counts when the open or a read fails, or a byte
  * reads as a value the file never had (neither the 64 KiB's first bytes nor the child's). The
@@ -10,9 +11,11 @@
  * pages when SIGKILL is pending, so today some trials fail (FORMAT.md "What a crash can cost").
  * Since stop 36 a short last chunk is covered (a rewrite's tail copy goes first): appends leave
  * none; since stop 37 a chunk rewritten in part is too (a chunk copy goes first): overwrites leave
- * none. scripts/test-c.sh runs 100 kills of each with --require-none, which fails the run on any.
+ * none; since stop 39 a chunk rewritten whole by a write of at most two chunks is too (4096 and
+ * 8192 B spans). scripts/test-c.sh runs 100 kills of each 100 B mode and 50 of each whole-chunk
+ * size with --require-none, which fails the run on any.
  * usage: kill-tear DIR [TRIALS [SIZE [append|overwrite [--require-none]]]]  (defaults 400, 100,
- *        append; cc -O2 kill-tear.c $(pkg-config --cflags --libs acsecurefile);
+ *        append; SIZE up to 65536; cc -O2 kill-tear.c $(pkg-config --cflags --libs acsecurefile);
  *        environment: ACSECURE_HOME, ACSECURE_APP_ID as for Examples/c)
  * Prints: "<mode> <size> B: <trials> kills, <n> left a chunk that does not read (<percent> %)";
  * exits 1 when --require-none is given and n > 0. */
@@ -28,8 +31,12 @@
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
 
-enum { OVERWRITTEN_FILE = 65536 };
-static char buffer[OVERWRITTEN_FILE];
+enum { SMALL_FILE = 65536, LARGEST_SIZE = 65536 };
+static char buffer[16 * LARGEST_SIZE];
+static char record[LARGEST_SIZE];
+
+/* The file an overwriter rewrites: 64 KiB for spans up to 4 KiB, 16 spans for larger ones. */
+static int overwrittenFile(int size) { return size <= 4096 ? SMALL_FILE : 16 * size; }
 
 static void fail(const char *what) { perror(what); exit(1); }
 
@@ -37,12 +44,11 @@ static void fail(const char *what) { perror(what); exit(1); }
 static void writeUntilKilled(const char *path, int overwrite, int size, int ready, unsigned seed) {
     int fd = ACSecureFileOpen(path, overwrite ? O_RDWR : (O_WRONLY | O_APPEND), 0600);
     if (fd < 0) _exit(2);
-    char record[4096];
     memset(record, 'a' + seed % 26, sizeof record);
     if (write(ready, "r", 1) != 1) _exit(2);
     srand(seed);
     for (;;) {
-        ssize_t n = overwrite ? ACSecureFilePwrite(fd, record, (size_t)size, (off_t)(rand() % (OVERWRITTEN_FILE / size - 1)) * size)
+        ssize_t n = overwrite ? ACSecureFilePwrite(fd, record, (size_t)size, (off_t)(rand() % (overwrittenFile(size) / size - 1)) * size)
                               : ACSecureFileWrite(fd, record, (size_t)size);
         if (n != size) _exit(3);
     }
@@ -75,7 +81,7 @@ int main(int argc, char **argv) {
     int trials = argc > 2 ? atoi(argv[2]) : 400, size = argc > 3 ? atoi(argv[3]) : 100;
     int overwrite = argc > 4 && strcmp(argv[4], "overwrite") == 0;
     int requireNone = argc > 5 && strcmp(argv[5], "--require-none") == 0;
-    if (trials < 1 || size < 1 || size > 4096) { fprintf(stderr, "kill-tear: TRIALS >= 1, SIZE 1..4096\n"); return 2; }
+    if (trials < 1 || size < 1 || size > LARGEST_SIZE) { fprintf(stderr, "kill-tear: TRIALS >= 1, SIZE 1..%d\n", LARGEST_SIZE); return 2; }
     char path[4096];
     snprintf(path, sizeof path, "%s/kill-tear.%d", argv[1], (int)getpid());
     srand((unsigned)getpid());
@@ -85,7 +91,7 @@ int main(int argc, char **argv) {
         if (fd < 0) fail("create");
         if (overwrite) {
             memset(buffer, 1, sizeof buffer);
-            if (ACSecureFileWrite(fd, buffer, sizeof buffer) != (ssize_t)sizeof buffer) fail("write");
+            if (ACSecureFileWrite(fd, buffer, (size_t)overwrittenFile(size)) != overwrittenFile(size)) fail("write");
         }
         if (ACSecureFileClose(fd) != 0) fail("close");
         int ready[2];

@@ -27,7 +27,8 @@ public func ACSecureFile_openWithMode(_ path: UnsafePointer<CChar>?, _ oflag: In
 public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: Int32, _ mode: mode_t, _ options: UInt32) -> Int32 {
     CResult.withoutFile { () throws(SecureFileError) -> Int32 in
         let path = try cPath(path, "ACSecureFileOpenWithOptions")
-        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED | ACSECURE_OPEN_READ_CACHE | ACSECURE_OPEN_DOUBLE_WRITE)
+        let known = UInt32(ACSECURE_OPEN_WRITE_BACK | ACSECURE_OPEN_SHARED | ACSECURE_OPEN_READ_CACHE | ACSECURE_OPEN_DOUBLE_WRITE
+            | ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE)
         guard options & ~known == 0 else {
             throw .cArgument(EINVAL, "ACSecureFileOpenWithOptions(\(path)): unknown option bits \(String(options & ~known, radix: 16))")
         }
@@ -35,8 +36,11 @@ public func ACSecureFileOpenWithOptions(_ path: UnsafePointer<CChar>?, _ oflag: 
         let buffering: SecureFile.Buffering = options & UInt32(ACSECURE_OPEN_WRITE_BACK) != 0 ? .writeBack : .writeThrough
         let readCache = options & UInt32(ACSECURE_OPEN_READ_CACHE) != 0 ? try readCacheFromEnvironment(path) : .off
         let partialOverwrites: SecureFile.PartialOverwrites = options & UInt32(ACSECURE_OPEN_DOUBLE_WRITE) != 0 ? .doubleWrite : .chunkCopy
+        let wholeChunkOverwrites: SecureFile.WholeChunkOverwrites =
+            options & UInt32(ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE) != 0 ? .inPlace : .chunkCopy
         return try insertOpened(try SecureFile.open(path, flags: oflag, mode: mode, sharing: sharing, buffering: buffering,
-                                                    readCache: readCache, partialOverwrites: partialOverwrites))
+                                                    readCache: readCache, partialOverwrites: partialOverwrites,
+                                                    wholeChunkOverwrites: wholeChunkOverwrites))
     }
 }
 

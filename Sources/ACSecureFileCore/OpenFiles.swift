@@ -34,6 +34,8 @@ enum OpenFiles {
         var readCacheBytes = 0
         /// Partial overwrites are double-written (`SecureFile.PartialOverwrites.doubleWrite`).
         var doubleWrite = false
+        /// Whole chunks are rewritten in place with no chunk copy (`SecureFile.WholeChunkOverwrites.inPlace`).
+        var wholeChunksInPlace = false
         /// The file's length from the opener's `fstat` (reread under the record lock in coordinated mode).
         var physicalSize: Int64
     }
@@ -136,6 +138,7 @@ enum OpenFiles {
         }
         existing.requestReadCache(bytes: r.readCacheBytes)
         if r.doubleWrite { existing.doubleWrite = true }
+        if !r.wholeChunksInPlace { existing.copiesWholeChunks = true }
         guard r.truncate else { return }
         try existing.ensureKeys()
         if existing.coordinated { try existing.beginCoordinated(exclusive: true) }
@@ -168,6 +171,7 @@ enum OpenFiles {
         shared.coordinated = r.coordinated
         shared.requestReadCache(bytes: r.readCacheBytes)
         shared.doubleWrite = r.doubleWrite
+        shared.copiesWholeChunks = !r.wholeChunksInPlace
         if r.coordinated, case .failure(let e) = Sys.lockFile(r.fd, Int16(r.writable ? F_WRLCK : F_RDLCK)) {
             throw SecureFileError.posix(e.rawValue, "\(r.path): lock")
         }

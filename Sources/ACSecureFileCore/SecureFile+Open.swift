@@ -37,6 +37,13 @@ extension SecureFile {
     ///     call returns (two `fdatasync`s per such write), so a power loss costs no synced byte.
     ///     `ACSECURE_DOUBLE_WRITE=1` makes `.doubleWrite` the default. The file's state is shared by
     ///     this process's handles: once one asked for double writes, all of them double-write.
+    ///   - wholeChunkOverwrites: `.chunkCopy` (default): a write that rewrites at most two chunks in
+    ///     place copies those it rewrites whole too, so a kill that cuts it never leaves one
+    ///     unreadable; `.inPlace`: no copy (one `pwrite` less per such write), and a kill that cuts
+    ///     the write between two pages leaves the chunk unreadable (EIO) until it is rewritten
+    ///     whole — for callers that rewrite torn pages from a journal of their own, as SQLite does.
+    ///     The file's state is shared by this process's handles: chunks are rewritten in place
+    ///     without a copy only when all of them said `.inPlace`.
     ///   - services: the key provider; defaults to `SecureServices.current`, started from the
     ///     environment if needed. A `FixedKeyProvider` opens files with a handed-over key.
     /// - Throws: `SecureFileError` with the errno `open(2)` would give (`ENOENT`, `EEXIST`, `EACCES`, …);
@@ -48,9 +55,11 @@ extension SecureFile {
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
                             readCache: ReadCache = .off,
-                            partialOverwrites: PartialOverwrites = .environmentDefault) throws(SecureFileError) -> SecureFile {
+                            partialOverwrites: PartialOverwrites = .environmentDefault,
+                            wholeChunkOverwrites: WholeChunkOverwrites = .chunkCopy) throws(SecureFileError) -> SecureFile {
         try open(path, flags: flags, mode: mode, key: key, services: services, sharing: sharing, buffering: buffering,
-                 readCache: readCache, partialOverwrites: partialOverwrites, adoptingEmptyFile: false)
+                 readCache: readCache, partialOverwrites: partialOverwrites, wholeChunkOverwrites: wholeChunkOverwrites,
+                 adoptingEmptyFile: false)
     }
 
     /// `open`, for the Foundation layer's writing handles (`ACFileHandle(forWritingAtPath:)`): a
@@ -59,12 +68,14 @@ extension SecureFile {
     /// open it for writing. No other open does that: a 0-byte file is otherwise a cut secure file.
     package static func openAdoptingEmptyFile(_ path: BytePath, flags: Int32, key: KeySelection) throws(SecureFileError) -> SecureFile {
         try open(path, flags: flags, mode: 0o666, key: key, services: nil, sharing: .environmentDefault,
-                 buffering: .environmentDefault, readCache: .off, partialOverwrites: .environmentDefault, adoptingEmptyFile: true)
+                 buffering: .environmentDefault, readCache: .off, partialOverwrites: .environmentDefault,
+                 wholeChunkOverwrites: .chunkCopy, adoptingEmptyFile: true)
     }
 
     private static func open(_ path: BytePath, flags: Int32, mode: mode_t, key: KeySelection, services: (any KeyProvider)?,
                              sharing: Sharing, buffering: Buffering, readCache: ReadCache,
-                             partialOverwrites: PartialOverwrites, adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
+                             partialOverwrites: PartialOverwrites, wholeChunkOverwrites: WholeChunkOverwrites,
+                             adoptingEmptyFile: Bool) throws(SecureFileError) -> SecureFile {
         let allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_SYNC | O_DSYNC
             | 0o100000 /* O_LARGEFILE */
         guard flags & ~allowed == 0, flags & O_ACCMODE != O_ACCMODE else {
@@ -108,6 +119,7 @@ extension SecureFile {
                                                  writable: kernelWritable, create: opened.created || adoptingEmptyFile,
                                                  truncate: truncate, coordinated: sharing == .processes,
                                                  readCacheBytes: readCache.bytes, doubleWrite: partialOverwrites == .doubleWrite,
+                                                 wholeChunksInPlace: wholeChunkOverwrites == .inPlace,
                                                  physicalSize: Int64(st.st_size)))
         } catch {
             _ = Sys.close(fd)
@@ -247,6 +259,21 @@ extension SecureFile {
             if let v = getenv("ACSECURE_DOUBLE_WRITE"), String(cString: v) == "1" { return .doubleWrite }
             return .chunkCopy
         }
+    }
+
+    /// How a write that rewrites whole chunks in place keeps a kill from leaving one unreadable
+    /// (docs/FORMAT.md "A chunk copy"). Every chunk spans two pages on disk, and Linux stops a
+    /// `write` between two pages when SIGKILL is pending: the chunk is then half new, half old.
+    public enum WholeChunkOverwrites: Sendable, Equatable {
+        /// A write that rewrites at most two chunks in place (a database's page) puts each chunk
+        /// it rewrites whole in a chunk copy first (one `pwrite` more): a kill that cuts the write
+        /// leaves the chunk as it was or as the write made it. Larger writes copy only chunks they
+        /// rewrite in part (a copy per chunk would cost a `pwrite` per chunk).
+        case chunkCopy
+        /// No copy: a kill that cuts the write may leave a chunk it rewrote whole unreadable (EIO)
+        /// until it is written whole again. For callers that rewrite torn pages from a journal of
+        /// their own (SQLite's rollback journal and WAL; the acsecure VFS opens its files so).
+        case inPlace
     }
 
     /// Whether decrypted chunks are kept for reading again (per file and process).

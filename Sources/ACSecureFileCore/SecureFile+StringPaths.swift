@@ -13,9 +13,11 @@ extension SecureFile {
                             sharing: Sharing = .environmentDefault,
                             buffering: Buffering = .environmentDefault,
                             readCache: ReadCache = .off,
-                            partialOverwrites: PartialOverwrites = .environmentDefault) throws(SecureFileError) -> SecureFile {
+                            partialOverwrites: PartialOverwrites = .environmentDefault,
+                            wholeChunkOverwrites: WholeChunkOverwrites = .chunkCopy) throws(SecureFileError) -> SecureFile {
         try open(BytePath(path), flags: flags, mode: mode, key: key, services: services, sharing: sharing,
-                 buffering: buffering, readCache: readCache, partialOverwrites: partialOverwrites)
+                 buffering: buffering, readCache: readCache, partialOverwrites: partialOverwrites,
+                 wholeChunkOverwrites: wholeChunkOverwrites)
     }
 }
 

@@ -11,7 +11,11 @@ import ACSystemCalls
 /// stops a `write` between two pages when SIGKILL is pending: the chunk is then half new, half old,
 /// and fails authentication, with the bytes earlier calls wrote to it. So before an overwrite
 /// rewrites, across two pages, a chunk whose old bytes it keeps in part, it writes that chunk as
-/// it is about to seal it in place into the slot the newest sync's copy is not in. A reader that
+/// it is about to seal it in place into the slot the newest sync's copy is not in. A chunk it
+/// rewrites whole holds only the call's bytes, but torn it would read as corrupt, not as the old
+/// or the new chunk: a write that rewrites at most two chunks in place copies those too (a
+/// database's page), unless every handle said it repairs torn chunks itself
+/// (`SecureFile.WholeChunkOverwrites.inPlace`, the SQLite VFS). A reader that
 /// finds the chunk failing in place takes the copy when a sector's worth of the chunk in place is
 /// the copy's (`sharesASector`): every write has a fresh nonce, so its ciphertext is its own, and
 /// some of it in place means the torn write is the copy's (a kill leaves the first page, with the
@@ -28,35 +32,42 @@ import ACSystemCalls
 /// at a sector.
 extension SharedFile {
     /// Writes the sealed chunks of an overwrite inside the file (`bytes` bytes at `buf`: `k` chunks
-    /// from `first`, no trailer) in place. The batch's first and last chunk, when they keep old bytes
-    /// (`keepsOldBytes`) and span two pages, each get a chunk copy first; when both do, the first is
-    /// written alone before the second's copy. Whole chunks in between are all the call's bytes.
+    /// from `first`, no trailer) in place. The batch's first and last chunk each get a chunk copy
+    /// first when a kill could tear them (they span two pages) and they keep old bytes
+    /// (`keepsOldBytes`), or are rewritten whole in a batch of at most two chunks (unless
+    /// `copiesWholeChunks` is off); when both do, the first is written alone before the second's
+    /// copy. Whole chunks in between are not copied: a copy per chunk would cost a `pwrite` per chunk.
     func writeInPlace(_ buf: UnsafeRawPointer, bytes: Int, first: Int64, chunks k: Int,
                       keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
         let start = layout.chunkOffset(first)
+        func keepsOld(_ j: Int) -> Bool { keepsOldBytes(first + Int64(j)) }
         func needsCopy(_ j: Int) -> Bool {
             let count = j == k - 1 ? bytes - j * physical : physical
-            return keepsOldBytes(first + Int64(j)) && (doubleWrite || !Self.withinOnePage(start + Int64(j * physical), Int64(count)))
+            let spansPages = !Self.withinOnePage(start + Int64(j * physical), Int64(count))
+            return keepsOld(j) ? doubleWrite || spansPages : copiesWholeChunks && k <= 2 && spansPages
         }
         let firstNeedsCopy = needsCopy(0)
         let lastNeedsCopy = k > 1 && needsCopy(k - 1)
         var from = 0
         if firstNeedsCopy {
             let count = k == 1 ? bytes : physical
-            try writeChunkCopy(buf, index: first, sealedBytes: count)
+            try writeChunkCopy(buf, index: first, sealedBytes: count, keepsOldBytes: keepsOld(0))
             if lastNeedsCopy {
                 try checkIO(Sys.pwriteFull(ioFD, buf, count, start), "write")
-                try ownChunkCopySettled("a chunk rewritten in part before the next chunk copy")
+                try ownChunkCopySettled("a chunk rewritten in part before the next chunk copy", keepsOldBytes: keepsOld(0))
                 from = count
             }
         }
         if lastNeedsCopy {
             let at = (k - 1) * physical
-            try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at)
+            try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at, keepsOldBytes: keepsOld(k - 1))
         }
         try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
-        if firstNeedsCopy || lastNeedsCopy { try ownChunkCopySettled("a chunk rewritten in part before the call returns") }
+        if firstNeedsCopy || lastNeedsCopy {
+            try ownChunkCopySettled("a chunk rewritten in part before the call returns",
+                                    keepsOldBytes: lastNeedsCopy ? keepsOld(k - 1) : keepsOld(0))
+        }
     }
 
     /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks
@@ -68,9 +79,11 @@ extension SharedFile {
     ///   of the end as it is); a one-chunk batch then goes in one `pwrite`, as does one that lies in
     ///   one page (a kill never cuts it), while one whose part before the old end lies in one page
     ///   keeps the split, whole at every kill;
-    /// - the batch's first chunk, when it is a full chunk rewritten in part across two pages (an
-    ///   overwrite across the end): a chunk copy. When both are copied, the first chunk is written
-    ///   alone, before the end's copy goes over its own.
+    /// - the batch's first chunk, when it is a full chunk rewritten across two pages (an overwrite
+    ///   across the end) in part, or whole when the batch rewrites at most two chunks in place
+    ///   (and `copiesWholeChunks`): a chunk copy; so is the second of two full chunks in place
+    ///   from a chunk-aligned end. When the first and another are copied, the first chunk is
+    ///   written alone, before the next copy goes over its own.
     func writeMovingTheEnd(_ buf: UnsafeRawPointer, bytes: Int, split: Int, first: Int64, chunks k: Int, newDiskSize: Int64,
                            keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
@@ -80,8 +93,15 @@ extension SharedFile {
         let mask = Int64(chunkSize - 1)
         let lastStart = layout.chunkOffset(lastIndex)
         let copiesTheEnd = lastIndex == diskChunks - 1 && diskSize & mask != 0 && !Self.withinOnePage(lastStart, oldEnd - lastStart)
-        let copiesTheFirst = k > 1 && first < diskSize >> Int64(layout.chunkShift) && keepsOldBytes(first)
-            && (doubleWrite || !Self.withinOnePage(start, Int64(physical)))
+        let firstKeepsOld = keepsOldBytes(first)
+        // Whole chunks are copied when the batch rewrites at most two chunks in place (below the old end).
+        let inPlaceChunks = max(0, diskChunks - first)
+        let copiesWhole = copiesWholeChunks && inPlaceChunks <= 2
+        let copiesTheFirst = k > 1 && first < diskSize >> Int64(layout.chunkShift) && (firstKeepsOld || copiesWhole)
+            && ((firstKeepsOld && doubleWrite) || !Self.withinOnePage(start, Int64(physical)))
+        // From a chunk-aligned end, the second of two full chunks in place (the first's copy goes first).
+        let copiesTheSecond = copiesWhole && inPlaceChunks == 2 && diskSize & mask == 0
+            && !Self.withinOnePage(start + Int64(physical), Int64(physical))
         func copyTheEnd() throws(SecureFileError) {
             if newDiskSize & mask != 0 {
                 try writeTailCopy(size: newDiskSize, sealedEnd: buf + (k - 1) * physical, kind: .rewrite)
@@ -89,44 +109,51 @@ extension SharedFile {
                 try writeTailCopyOfTheEndBeforeRewrite()
             }
         }
+        func copyTheSecond() throws(SecureFileError) {
+            try writeChunkCopy(buf + physical, index: first + 1, sealedBytes: physical, keepsOldBytes: false)
+        }
         func write(_ from: Int, _ to: Int) throws(SecureFileError) {
             try checkIO(Sys.pwriteFull(ioFD, buf + from, to - from, start + Int64(from)), "write")
         }
-        if copiesTheFirst { try writeChunkCopy(buf, index: first, sealedBytes: physical) }
+        if copiesTheFirst { try writeChunkCopy(buf, index: first, sealedBytes: physical, keepsOldBytes: firstKeepsOld) }
         if k == 1 && copiesTheEnd {
             try copyTheEnd()
             try write(0, bytes)
         } else if split == 0 || (k == 1 && Self.withinOnePage(start, Int64(bytes))) {
             try write(0, bytes)
-        } else if copiesTheFirst && copiesTheEnd {
+        } else if copiesTheFirst && (copiesTheEnd || copiesTheSecond) {
             try write(split, bytes)
             try write(0, physical)
-            try ownChunkCopySettled("a chunk rewritten in part before the end's copy")
-            try copyTheEnd()
+            try ownChunkCopySettled("a chunk rewritten in part before the next copy", keepsOldBytes: firstKeepsOld)
+            if copiesTheEnd { try copyTheEnd() } else { try copyTheSecond() }
             try write(physical, split)
+            if copiesTheSecond { try ownChunkCopySettled("a whole chunk rewritten", keepsOldBytes: false) }
             return
         } else {
             if copiesTheEnd { try copyTheEnd() }
+            if copiesTheSecond { try copyTheSecond() }
             try write(split, bytes)
             try write(0, split)
+            if copiesTheSecond { try ownChunkCopySettled("a whole chunk rewritten", keepsOldBytes: false) }
         }
-        if copiesTheFirst { try ownChunkCopySettled("a chunk rewritten in part before the call returns") }
+        if copiesTheFirst { try ownChunkCopySettled("a chunk rewritten in part before the call returns", keepsOldBytes: firstKeepsOld) }
     }
 
-    /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy.
-    /// With double writes, on the device before its chunk is rewritten.
-    private func writeChunkCopy(_ sealed: UnsafeRawPointer, index: Int64, sealedBytes: Int) throws(SecureFileError) {
+    /// Writes the sealed chunk `index` (`sealedBytes` of it) as a chunk copy. With double writes,
+    /// on the device before its chunk is rewritten, when the chunk keeps old bytes (a chunk
+    /// rewritten whole holds only the call's bytes, which a power loss before a sync may cost).
+    private func writeChunkCopy(_ sealed: UnsafeRawPointer, index: Int64, sealedBytes: Int, keepsOldBytes: Bool) throws(SecureFileError) {
         let end = index << Int64(layout.chunkShift) + Int64(sealedBytes - layout.chunkOverhead)
         try writeTailCopy(size: end, sealedEnd: sealed, kind: .chunk)
-        if doubleWrite { try orderingBarrier("a chunk copy before its chunk is rewritten") }
+        if doubleWrite && keepsOldBytes { try orderingBarrier("a chunk copy before its chunk is rewritten") }
     }
 
-    /// This call's chunk copy has done its work: its chunk is whole in place (with double writes, on
-    /// the device: `why` names the barrier). Only this call's own copy is settled so: one learned
-    /// from disk and not yet settled (a failed rewrite's, another process's) stays until a copy is
-    /// about to go over it.
-    private func ownChunkCopySettled(_ why: String) throws(SecureFileError) {
-        if doubleWrite { try orderingBarrier(why) }
+    /// This call's chunk copy has done its work: its chunk is whole in place (with double writes and
+    /// a chunk that kept old bytes, on the device: `why` names the barrier). Only this call's own
+    /// copy is settled so: one learned from disk and not yet settled (a failed rewrite's, another
+    /// process's) stays until a copy is about to go over it.
+    private func ownChunkCopySettled(_ why: String, keepsOldBytes: Bool) throws(SecureFileError) {
+        if doubleWrite && keepsOldBytes { try orderingBarrier(why) }
         unconfirmedChunkCopy = nil
     }
 

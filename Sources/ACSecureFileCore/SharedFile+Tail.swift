@@ -130,14 +130,16 @@ extension SharedFile {
         defer { if trailerChecks > 0 { Self.recoveryTrailerChecks.withLock { $0 += trailerChecks } } }
 
         // Whether the end at `end` (plaintext `size`, last chunk `index` at `chunkAt`) authenticates.
-        func authenticates(_ end: Int64, size: Int64, index: Int64, chunkAt: Int64) -> Bool {
+        // Its last chunk may be torn with its chunk copy whole, as at the end check: a kill that cut
+        // the rewrite of the old last chunk of a write across a chunk-aligned end, before the head
+        // of the next chunk went over the old trailer.
+        func authenticates(_ end: Int64, size: Int64, index: Int64, chunkAt: Int64) throws(SecureFileError) -> Bool {
             trailerChecks += 1
             guard trailerAuthenticates(buf + Int(end - trailerSize - from), size: size) else { return false }
             if size == 0 { return true }
             let length = layout.chunkLength(index, size: size)
-            let ok = openChunk(buf + Int(chunkAt - from), index: index, length: length, into: workBase, cipher: cipher)
-            secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length))
-            return ok
+            defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+            return try openChunkInPlaceOrFromCopy(buf + Int(chunkAt - from), index: index, length: length, into: workBase, cipher: cipher)
         }
 
         // Candidate ends from the highest down, grouped by their last chunk `index`: first the end
@@ -150,7 +152,7 @@ extension SharedFile {
             if fullEnd < lowestEnd { break }
             if chunkAt >= from {
                 let fullSize = (index + 1) << Int64(layout.chunkShift)
-                if fullEnd <= top, authenticates(fullEnd, size: fullSize, index: index, chunkAt: chunkAt) {
+                if fullEnd <= top, try authenticates(fullEnd, size: fullSize, index: index, chunkAt: chunkAt) {
                     return (fullEnd, fullSize)
                 }
                 let lo = max(lowestEnd, chunkAt + overhead + 1 + trailerSize)
@@ -163,13 +165,13 @@ extension SharedFile {
                         : Array(lo...hi)
                     for end in ends.reversed() {
                         let size = fullSize - (fullEnd - end)
-                        if authenticates(end, size: size, index: index, chunkAt: chunkAt) { return (end, size) }
+                        if try authenticates(end, size: size, index: index, chunkAt: chunkAt) { return (end, size) }
                     }
                 }
             }
             index -= 1
         }
-        if minimumEnd >= lowestEnd, minimumEnd <= top, authenticates(minimumEnd, size: 0, index: -1, chunkAt: 0) {
+        if minimumEnd >= lowestEnd, minimumEnd <= top, try authenticates(minimumEnd, size: 0, index: -1, chunkAt: 0) {
             return (minimumEnd, 0)
         }
         return nil

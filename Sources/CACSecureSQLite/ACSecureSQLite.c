@@ -1927,7 +1927,10 @@ static int acsqlOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int
     /* Files other processes may open (database, journals) are written through; a connection's
      * private temporary files buffer writes. No coordinated mode: see ACSQLInode. */
     int shared = (type & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL)) != 0;
-    unsigned int options = shared ? 0 : ACSECURE_OPEN_WRITE_BACK;
+    /* Whole chunks in place, with no copy: SQLite writes whole pages and rewrites a page torn by a
+     * kill from its rollback journal or WAL, and this VFS reads a torn chunk of a journal or WAL
+     * as zeros (acsqlRead). */
+    unsigned int options = shared ? ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE : ACSECURE_OPEN_WRITE_BACK;
     /* The -wal file is read by other processes while one appends to it: coordinated mode unless
      * this process uses the database alone (WAL, below; acsqlWALFileMode switches it). */
     ACSQLInode *walOf = NULL;

@@ -287,11 +287,12 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
         }
         let data = (0..<s.count).map { pattern(1, $0) }
         switch s.kind {
-        case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite, .doubleWrite:
+        case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite, .doubleWrite, .wholeInPlace:
             let shared = s.kind == .sharedWrite || s.kind == .sharedTruncate
             let file = try SecureFile.open(path, flags: O_RDWR | (s.kind == .dsyncWrite ? O_DSYNC : 0), services: services,
                                            sharing: shared ? .processes : .thisProcess,
-                                           partialOverwrites: s.kind == .doubleWrite ? .doubleWrite : .chunkCopy)
+                                           partialOverwrites: s.kind == .doubleWrite ? .doubleWrite : .chunkCopy,
+                                           wholeChunkOverwrites: s.kind == .wholeInPlace ? .inPlace : .chunkCopy)
             if s.kind == .truncate || s.kind == .sharedTruncate {
                 try file.truncate(to: Int64(s.offset))
             } else {
@@ -348,6 +349,8 @@ struct CrashShape {
         case dsyncWrite = "dsync-write", sharedWrite = "shared-write", sharedTruncate = "shared-truncate"
         /// A write through a handle that double-writes partial overwrites (its barriers are kill points too).
         case doubleWrite = "double-write"
+        /// A write through a handle that rewrites whole chunks in place with no copy (`WholeChunkOverwrites.inPlace`).
+        case wholeInPlace = "whole-in-place"
         /// Reopen with O_TRUNC, then write.
         case truncatingOpenThenWrite = "trunc-write"
         /// The file does not exist: a creating open, then a write.
@@ -392,6 +395,15 @@ struct CrashShape {
         CrashShape("overwrite-across-two-chunks", 20000, .write, 8100, 200),
         CrashShape("coordinated-overwrite-inside-one-chunk", 20000, .sharedWrite, 5000, 100),
         CrashShape("double-write-across-two-chunks", 20000, .doubleWrite, 8100, 200),
+        // Whole chunks of a write that rewrites at most two chunks in place get a chunk copy too
+        // (across the end: the first, and the second from an aligned end or the end's tail copy).
+        CrashShape("overwrite-whole-chunk", 20000, .write, 4096, 4096),
+        CrashShape("overwrite-two-whole-chunks", 20000, .write, 8192, 8192),
+        CrashShape("overwrite-whole-chunk-across-end", 5000, .write, 0, 6000),
+        CrashShape("overwrite-two-whole-chunks-across-aligned-end", 8192, .write, 0, 10000),
+        CrashShape("double-write-two-whole-chunks", 20000, .doubleWrite, 8192, 8192),
+        // Without copies (the handle said so): a kill's tear may leave the chunk unreadable.
+        CrashShape("overwrite-whole-chunk-in-place", 20000, .wholeInPlace, 4096, 4096),
         CrashShape("double-write-across-end", 5000, .doubleWrite, 3000, 4000),
         CrashShape("shrink-inside-middle-chunk", 10000, .truncate, 5000, 0),
         CrashShape("shrink-at-chunk-boundary", 10000, .truncate, 4096, 0),

@@ -74,6 +74,29 @@ final class DurabilityCAPITests: CAPITestCase {
         XCTAssertEqual(barriers("environment-ignored", options: 0), 0, "ACSecureFileOpenWithOptions ignores the environment")
     }
 
+    /// A 4 KiB overwrite of a whole chunk writes its chunk copy first by default (two `pwrite`s);
+    /// `ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE` writes it in place alone, and both read back the same.
+    func testWholeChunksAreCopiedUnlessTheOpenSaysInPlace() {
+        func writes(_ name: String, options: UInt32) -> Int {
+            let path = directory + "/" + name
+            let fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT, 0o600, options)
+            XCTAssertGreaterThanOrEqual(fd, 0, name)
+            XCTAssertEqual(Array(repeating: UInt8(7), count: 20_000).withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 20_000) }, 20_000)
+            final class Count: @unchecked Sendable { var writes = 0 }
+            let count = Count()
+            SystemCallRecorder.with(SystemCallRecorder { if case .write = $0 { count.writes += 1 } }) {
+                XCTAssertEqual([UInt8](repeating: 8, count: 4096).withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, 4096, 8192) }, 4096)
+            }
+            var back = [UInt8](repeating: 0, count: 20_000)
+            XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, 20_000, 0) }, 20_000)
+            XCTAssertEqual(back, Array(repeating: 7, count: 8192) + Array(repeating: 8, count: 4096) + Array(repeating: 7, count: 20_000 - 12_288), name)
+            XCTAssertEqual(ACSecureFileClose(fd), 0)
+            return count.writes
+        }
+        XCTAssertEqual(writes("copied", options: 0), 2, "the chunk's copy, then the chunk")
+        XCTAssertEqual(writes("in-place", options: UInt32(ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE)), 1)
+    }
+
     func testBadArgumentsAndDescriptors() {
         errno = 0
         XCTAssertEqual(ACSecureFileOpenWithOptions(directory + "/x", O_RDWR | O_CREAT, 0o600, 0x80), -1)

@@ -27,8 +27,10 @@ final class ChunkCopyTests: XCTestCase {
     }
 
     /// A new secure file at `path` holding `plaintext(size)`, open for reading and writing.
-    func newFile(_ path: String, size: Int, _ env: TestEnvironment) throws -> SecureFile {
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
+    func newFile(_ path: String, size: Int, _ env: TestEnvironment,
+                 wholeChunkOverwrites: SecureFile.WholeChunkOverwrites = .chunkCopy) throws -> SecureFile {
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services,
+                                    wholeChunkOverwrites: wholeChunkOverwrites)
         _ = try f.pwrite(plaintext(size), at: 0)
         return f
     }
@@ -82,8 +84,10 @@ final class ChunkCopyTests: XCTestCase {
     }
 
     /// Which writes copy a chunk first: a chunk rewritten in part (each of the two an overwrite
-    /// keeps old bytes of), never a chunk rewritten whole, never a version 3 file (no slots).
-    func testAnOverwriteCopiesEachChunkItRewritesInPartFirst() throws {
+    /// keeps old bytes of); a chunk rewritten whole by a write of at most two chunks in place,
+    /// unless every handle said `.inPlace`; never a whole chunk of a larger write; never a version
+    /// 3 file (no slots).
+    func testAnOverwriteCopiesEachChunkATearWouldCostFirst() throws {
         let env = try TestEnvironment()
         let path = env.path("shapes")
         let f = try newFile(path, size: 40_900, env)  // its short last chunk spans two pages
@@ -115,13 +119,41 @@ final class ChunkCopyTests: XCTestCase {
         }
 
         w = try pwrites { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }
-        XCTAssertEqual(w.count, 1, "whole chunks are all the call's bytes: no copy: \(w)")
+        XCTAssertEqual(w.count, 4, "\(w)")
+        if w.count == 4 {
+            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 2, 1) && slots.contains(w[2].offset) && isChunk(w[3], 3, 1),
+                          "two whole chunks: each one's copy before it: \(w)")
+        }
+        w = try pwrites { _ = try f.pwrite(plaintext(4096, 4), at: 6 * 4096) }
+        XCTAssertEqual(w.count, 2, "\(w)")
+        XCTAssertTrue(w.count == 2 && slots.contains(w[0].offset) && isChunk(w[1], 6, 1), "a whole chunk (a page): its copy first: \(w)")
+        w = try pwrites { _ = try f.pwrite(plaintext(3 * 4096, 5), at: 4096) }
+        XCTAssertEqual(w.count, 1, "three whole chunks: no copy (one would cost a pwrite per chunk): \(w)")
+
+        // A handle that rewrites whole chunks in place: no copy, once no handle of the process wants them.
+        let inPlace = try SecureFile.open(path, flags: O_RDWR, services: env.services, wholeChunkOverwrites: .inPlace)
+        w = try pwrites { _ = try inPlace.pwrite(plaintext(4096, 6), at: 6 * 4096) }
+        XCTAssertEqual(w.count, 2, "another handle of the process still wants copies: \(w)")
 
         w = try pwrites { _ = try f.pwrite([9], at: 40_890) }
         XCTAssertEqual(w.count, 2, "inside the short last chunk: \(w)")
         XCTAssertTrue(slots.contains(w[0].offset), "\(w)")
         XCTAssertEqual(try f.pread(count: 40_900, at: 0).count, 40_900)
         try f.close()
+        try inPlace.close()
+        let alone = try SecureFile.open(path, flags: O_RDWR, services: env.services, wholeChunkOverwrites: .inPlace)
+        w = try pwrites { _ = try alone.pwrite(plaintext(4096, 7), at: 6 * 4096) }
+        XCTAssertEqual(w.count, 1, "every handle said .inPlace: \(w)")
+        w = try pwrites { _ = try alone.pwrite([1], at: 6 * 4096 + 5) }
+        XCTAssertEqual(w.count, 2, "a chunk rewritten in part is copied all the same: \(w)")
+        var all = plaintext(40_900)
+        for (at, bytes) in [(3 * 4096 + 100, [1, 2, 3] as [UInt8]), (5 * 4096 - 50, plaintext(100, 1)), (3000, plaintext(9000, 2)),
+                            (2 * 4096, plaintext(8192, 3)), (4096, plaintext(3 * 4096, 5)), (40_890, [9]),
+                            (6 * 4096, plaintext(4096, 7)), (6 * 4096 + 5, [1])] {
+            all.replaceSubrange(at..<at + bytes.count, with: bytes)
+        }
+        XCTAssertEqual(try alone.readAll(), all)
+        try alone.close()
 
         let v3 = env.path("v3")
         writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
@@ -188,6 +220,43 @@ final class ChunkCopyTests: XCTestCase {
         }
     }
 
+    /// A kill that cut the rewrite of a chunk written whole between its pages (a database's page:
+    /// one chunk, or the second of two): the chunk reads as the call made it, from its copy. With
+    /// `.inPlace` (no copy) it fails as corrupt, never reads otherwise, and a whole-chunk write
+    /// repairs it.
+    func testAWholeChunkTornByAKillReadsFromItsCopy() throws {
+        let env = try TestEnvironment()
+        for (count, at, torn) in [(4096, 2 * 4096, Int64(2)), (8192, 4096, Int64(2))] {
+            let path = env.path("whole-\(count)")
+            let (before, after, expected) = try overwrittenFile(path, size: 30_000, count, seed: 4, at: at, synced: true, env)
+            writeWholeFile(path, tornAtAPage(torn, before: before, after: after))
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            XCTAssertFalse(try g.endRestoredFromTailCopy)
+            XCTAssertEqual(try g.readAll(), expected, "\(count) bytes at \(at), chunk \(torn) torn")
+            _ = try g.pwrite([1], at: 30_000)
+            try g.close()
+            XCTAssertEqual(try readBack(path, env), expected + [1], "\(count): after an append")
+        }
+
+        let path = env.path("whole-in-place")
+        let f = try newFile(path, size: 30_000, env, wholeChunkOverwrites: .inPlace)
+        try f.sync()
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(4096, 4), at: 2 * 4096)
+        try f.close()
+        writeWholeFile(path, tornAtAPage(2, before: before, after: readWholeFile(path)))
+        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services, wholeChunkOverwrites: .inPlace)
+        XCTAssertThrowsError(try g.pread(count: 4096, at: 2 * 4096)) { error in
+            XCTAssertEqual((error as? SecureFileError)?.code, .badKeyOrCorruptData)
+        }
+        XCTAssertEqual(try g.pread(count: 8192, at: 0), Array(plaintext(30_000)[0..<8192]), "the other chunks read")
+        _ = try g.pwrite(plaintext(4096, 5), at: 2 * 4096)
+        try g.close()
+        var expected = plaintext(30_000)
+        expected.replaceSubrange(2 * 4096..<3 * 4096, with: plaintext(4096, 5))
+        XCTAssertEqual(try readBack(path, env), expected, "a whole-chunk write repairs it")
+    }
+
     /// A power loss tears a rewrite at sectors, in any order: the chunk in place with its first
     /// sector (the head) still old and any one later sector new reads from the copy too, and with
     /// no sector new it is the old chunk, whole. With only the head compared (a mutant), the first
@@ -211,14 +280,14 @@ final class ChunkCopyTests: XCTestCase {
     }
 
     /// A copy is of one write: taken only when a sector's worth of the chunk in place is the
-    /// copy's (every write has a fresh nonce). A chunk rewritten whole since (no copy), then
+    /// copy's (every write has a fresh nonce). A chunk rewritten whole since (in place, no copy), then
     /// damaged, fails: the copy's older version is never returned for it.
     func testAStaleChunkCopyIsNeverTaken() throws {
         let env = try TestEnvironment()
         let path = env.path("stale")
-        let f = try newFile(path, size: 20_000, env)
+        let f = try newFile(path, size: 20_000, env, wholeChunkOverwrites: .inPlace)
         _ = try f.pwrite([1, 2, 3], at: 4096 + 10)  // chunk 1 in part: its copy
-        _ = try f.pwrite(plaintext(4096, 5), at: 4096)  // chunk 1 whole: no copy
+        _ = try f.pwrite(plaintext(4096, 5), at: 4096)  // chunk 1 whole, in place: no copy
         try f.close()
         var bytes = readWholeFile(path)
         let middle = Int(layout.chunkOffset(1)) + 2000
@@ -243,7 +312,9 @@ final class ChunkCopyTests: XCTestCase {
             var expected = written.expected
             writeWholeFile(path, tornAtAPage(2, before: written.before, after: written.after))
 
-            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            // A whole chunk rewritten in place: a write that needs no copy.
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services,
+                                        wholeChunkOverwrites: next == "sync-whole-overwrite" ? .inPlace : .chunkCopy)
             if next == "overwrite" {
                 _ = try g.pwrite([4, 5], at: 5 * 4096 + 7)
                 expected.replaceSubrange(5 * 4096 + 7..<5 * 4096 + 9, with: [4, 5])
@@ -271,7 +342,7 @@ final class ChunkCopyTests: XCTestCase {
     func testAChunkCopyOutlivesAFailedRewrite() throws {
         let env = try TestEnvironment()
         let path = env.path("failed")
-        let f = try newFile(path, size: 30_000, env)
+        let f = try newFile(path, size: 30_000, env, wholeChunkOverwrites: .inPlace)
         let old = plaintext(30_000)
         let torn = layout.chunkOffset(2), physical = Int64(layout.physicalChunkSize)
         final class Calls: @unchecked Sendable { var n = 0 }
@@ -286,7 +357,7 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertEqual(calls.n, 2, "the rewrite of chunk 2 was cut after 2,000 bytes")
         var new = old
         new.replaceSubrange(2 * 4096 + 1000..<2 * 4096 + 1200, with: plaintext(200, 3))
-        _ = try f.pwrite(plaintext(4096, 8), at: 4 * 4096)  // a whole chunk: no copy
+        _ = try f.pwrite(plaintext(4096, 8), at: 4 * 4096)  // a whole chunk, in place: no copy
         _ = try f.pwrite([4, 5], at: 5 * 4096 + 7)  // in part: a copy, over chunk 2's
         try f.close()
         let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
@@ -362,7 +433,7 @@ final class ChunkCopyTests: XCTestCase {
 
     /// Double writes (`.doubleWrite`, docs/FORMAT.md "Double write"), from the system calls: a chunk
     /// rewritten in part gets its copy, a barrier, the rewrite and a barrier (each of two such
-    /// chunks; the first of an overwrite across the end); whole chunks and appends get none. The
+    /// chunks; the first of an overwrite across the end); whole chunks (copied against a kill) and appends get none. The
     /// crash-state enumerator's `overwrite-double-write` checks what this buys against power loss.
     func testDoubleWritesPutEachChunkCopyAndThenItsChunkOnTheDevice() throws {
         let env = try TestEnvironment()
@@ -385,7 +456,7 @@ final class ChunkCopyTests: XCTestCase {
         }
         XCTAssertEqual(try calls { _ = try f.pwrite([1, 2, 3], at: 3 * 4096 + 100) }, "CSWS", "inside one chunk")
         XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(100, 1), at: 5 * 4096 - 50) }, "CSWSCSWS", "across two chunks")
-        XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }, "W", "whole chunks")
+        XCTAssertEqual(try calls { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }, "CWCW", "whole chunks: copies (for a kill), no barrier")
         XCTAssertFalse(try calls { _ = try f.pwrite(plaintext(100, 4), at: 40_900) }.contains("S"), "an append")
         let across = try calls { _ = try f.pwrite(plaintext(3000, 5), at: 39_000) }
         XCTAssertTrue(across.hasPrefix("CS") && across.hasSuffix("S") && across.filter { $0 == "S" }.count == 2,

@@ -64,7 +64,8 @@ final class RecoveryScanTests: XCTestCase {
     func testShortEndSealedAtSelectorRolloverSharesOneSelectorAndRecovers() throws {
         let env = try TestEnvironment()
         let path = env.path("rollover")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        // Whole chunks in place: each rewrite of chunk 0 is one seal (a chunk copy would be a second).
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services, wholeChunkOverwrites: .inPlace)
         let chunk = [UInt8](repeating: 0x11, count: 4096)
         try f.pwrite(chunk, at: 0)
         // In-place rewrites of chunk 0 seal one chunk each (no trailer) until one seal is left.
@@ -97,7 +98,7 @@ final class RecoveryScanTests: XCTestCase {
     func testShortEndCutAtSelectorRolloverSharesOneSelector() throws {
         let env = try TestEnvironment()
         let path = env.path("rollover-cut")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services, wholeChunkOverwrites: .inPlace)
         let chunk = [UInt8](repeating: 0x11, count: 4096)
         try f.pwrite(chunk + [UInt8](repeating: 0x22, count: 100), at: 0)
         while try f.withShared({ $0.cipher!.writesLeft }) != 1 { try f.pwrite(chunk, at: 0) }
