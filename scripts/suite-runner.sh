@@ -5,8 +5,8 @@
 #
 # Prints a line when the suite starts; then, while it runs, a heartbeat at least every
 # $ACSECURE_HEARTBEAT_SECONDS (default 20) seconds: the elapsed time, the tests done so far when the
-# log has XCTest's "Test Case '...' passed" lines (out of $suite_total_tests when the caller knows
-# it), and the log's last line. On a terminal the heartbeat is one progress line rewritten in place
+# log has XCTest's "Test Case '...' passed" lines or `swift test --parallel`'s "[n/N] Testing" ones
+# (out of $suite_total_tests when the caller knows it), and the log's last line. On a terminal the heartbeat is one progress line rewritten in place
 # (every second); otherwise (CI, a file) plain lines. At the end: "ok    NAME (Ns): SUMMARY" (the
 # log's last line matching SUMMARY-PATTERN), or, on failure, the whole log, "FAIL  NAME ..." and
 # "suites: P passed, 1 failed", and the shell exits 1. VERBOSE=1 streams the suite's output instead.
@@ -28,6 +28,10 @@ suite_status() {
   local log="$1" seconds="$2" done_tests last
   local text="${seconds}s"
   done_tests="$(grep -cE "^Test Case '.*' (passed|failed|skipped)" "$log" 2>/dev/null || true)"
+  if [ "${done_tests:-0}" = 0 ]; then
+    # `swift test --parallel` prints "[n/N] Testing <test>" per test instead.
+    done_tests="$(grep -oE '^\[[0-9]+/[0-9]+\] Testing' "$log" 2>/dev/null | tail -1 | sed -E 's/^\[([0-9]+)\/.*/\1/' || true)"
+  fi
   if [ "${done_tests:-0}" -gt 0 ]; then
     text+=", ${done_tests}${suite_total_tests:+/$suite_total_tests} tests"
   fi

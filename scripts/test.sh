@@ -58,8 +58,17 @@ trap 'status=$?; kill -TERM -- "-$prebuild_pid" 2>/dev/null || true; [ -z "$suit
 # The heartbeat counts the Swift tests done out of this total.
 suite_total_tests="$(swift test list --skip-build 2>/dev/null | grep -c . || true)"
 [ "$suite_total_tests" != 0 ] || suite_total_tests=""
-# stdbuf: XCTest's lines reach the log as each test ends (not in 4 KiB blocks), so the count is current.
-run_suite swift-test "Executed [0-9]+ tests" stdbuf -oL -eL swift test --skip-build
+# The Swift tests run as many at a time as the machine has cores (`swift test --parallel`: each
+# test in a process of its own; most of them use one core, and the crash sweeps wait on their child
+# processes). stdbuf: the lines reach the log as they are printed (not in 4 KiB blocks), so the
+# heartbeat's count is current.
+swift_tests() {
+  local workers
+  workers="$(nproc 2>/dev/null || echo 2)"
+  stdbuf -oL -eL swift test --skip-build --parallel --num-workers "$workers" || return
+  echo "swift-test: ${suite_total_tests:-all} tests passed, $workers at a time"
+}
+run_suite swift-test "swift-test: .* tests passed" swift_tests
 for suite in scripts/test.d/*.sh; do
   [ -e "$suite" ] || continue
   run_suite "$(basename "$suite" .sh)" "passed|ok|done|: [0-9]+ passed" bash "$suite"

@@ -2,7 +2,8 @@
 # The suite runner of scripts/test.sh (scripts/suite-runner.sh) on short fake suites: a line when a
 # suite starts, a heartbeat at least every ACSECURE_HEARTBEAT_SECONDS (tests done / total, elapsed
 # seconds) as plain lines when the output is not a terminal and as a progress line rewritten in
-# place on a terminal (script(1) gives it one), one line at the end, and a failing suite's log, FAIL
+# place on a terminal (script(1) gives it one), counted from XCTest's lines or `swift test
+# --parallel`'s "[n/N] Testing" ones, one line at the end, and a failing suite's log, FAIL
 # line and "suites: N passed, 1 failed" with exit 1; an interrupt stops the running suite and its
 # children. Also: the default interval is at most 30 s, and test.sh runs every suite through it.
 #
@@ -50,6 +51,15 @@ expect "heartbeats count up to the tests done" "$work/plain.out" grep -qE '^\.\.
 expect "no carriage return when not on a terminal" "$work/plain.out" bash -c "! grep -q $'\r' '$work/plain.out'"
 expect "one line at the end with the summary" "$work/plain.out" grep -qE '^ok    fake \([0-9]+s\): Executed 4 tests, with 0 failures$' "$work/plain.out"
 expect "the suite's output is in its log" "$work/plain.out" grep -q "Fake.test4" "$work/logs-plain/fake.log"
+
+# --- `swift test --parallel`'s lines ("[n/N] Testing <test>") count as tests done too
+cat >"$work/fake-parallel.sh" <<'EOF'
+for i in 1 2 3 4; do echo "[$i/4] Testing Fake.test$i"; sleep 1; done
+echo "swift-test: 4 tests passed, 2 at a time"
+EOF
+ACSECURE_HEARTBEAT_SECONDS=1 bash "$(runner parallel "suite_total_tests=4; run_suite fakep 'tests passed' bash $work/fake-parallel.sh")" >"$work/parallel.out" 2>&1
+expect "parallel runs: heartbeats count the [n/N] lines" "$work/parallel.out" grep -qE '^\.\.    fakep: [0-9]+s, [34]/4 tests' "$work/parallel.out"
+expect "parallel runs: the summary line" "$work/parallel.out" grep -qE '^ok    fakep \([0-9]+s\): swift-test: 4 tests passed, 2 at a time$' "$work/parallel.out"
 
 # --- a failing suite
 bash "$(runner fail "run_suite good '' true; run_suite bad '' bash -c 'echo boom-output; exit 3'; echo not-reached")" >"$work/fail.out" 2>&1
