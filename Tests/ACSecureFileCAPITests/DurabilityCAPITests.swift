@@ -50,21 +50,34 @@ final class DurabilityCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(fd), 0)
     }
 
+    /// Makes `name` with `size` bytes of 7 (opened with `options`; nil: `ACSecureFileOpen`), then
+    /// counts the events that `counted` picks while `count` bytes of 8 are written at `offset`; checks
+    /// the file reads back so and closes it.
+    func events(_ name: String, options: UInt32?, size: Int, pwrite count: Int, at offset: Int,
+                counted: @escaping (SystemCallRecorder.Event) -> Bool) -> Int {
+        let path = directory + "/" + name
+        let fd = options.map { ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT, 0o600, $0) } ?? ACSecureFile_openWithMode(path, O_RDWR | O_CREAT, 0o600)
+        XCTAssertGreaterThanOrEqual(fd, 0, name)
+        XCTAssertEqual(Array(repeating: UInt8(7), count: size).withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, size) }, size)
+        final class Count: @unchecked Sendable { var n = 0 }
+        let seen = Count()
+        SystemCallRecorder.with(SystemCallRecorder { if counted($0) { seen.n += 1 } }) {
+            XCTAssertEqual([UInt8](repeating: 8, count: count).withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, count, off_t(offset)) }, count)
+        }
+        var back = [UInt8](repeating: 0, count: size)
+        XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, size, 0) }, size)
+        var expected = [UInt8](repeating: 7, count: size)
+        expected.replaceSubrange(offset..<offset + count, with: repeatElement(8, count: count))
+        XCTAssertEqual(back, expected, name)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        return seen.n
+    }
+
     /// ACSECURE_OPEN_DOUBLE_WRITE, and ACSECURE_DOUBLE_WRITE=1 for ACSecureFileOpen: a write that
     /// rewrites part of a chunk syncs twice (its copy, then the chunk); without them it does not.
     func testDoubleWritesAreAskedForByOptionOrEnvironment() {
         func barriers(_ name: String, options: UInt32?) -> Int {
-            let path = directory + "/" + name
-            let fd = options.map { ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT, 0o600, $0) } ?? ACSecureFile_openWithMode(path, O_RDWR | O_CREAT, 0o600)
-            XCTAssertGreaterThanOrEqual(fd, 0, name)
-            XCTAssertEqual(Array(repeating: UInt8(7), count: 10_000).withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 10_000) }, 10_000)
-            final class Count: @unchecked Sendable { var syncs = 0 }
-            let count = Count()
-            SystemCallRecorder.with(SystemCallRecorder { if case .sync = $0 { count.syncs += 1 } }) {
-                XCTAssertEqual([UInt8](repeating: 8, count: 100).withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, 100, 5000) }, 100)
-            }
-            XCTAssertEqual(ACSecureFileClose(fd), 0)
-            return count.syncs
+            events(name, options: options, size: 10_000, pwrite: 100, at: 5000) { if case .sync = $0 { true } else { false } }
         }
         XCTAssertEqual(barriers("plain", options: 0), 0)
         XCTAssertEqual(barriers("option", options: UInt32(ACSECURE_OPEN_DOUBLE_WRITE)), 2)
@@ -78,20 +91,7 @@ final class DurabilityCAPITests: CAPITestCase {
     /// `ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE` writes it in place alone, and both read back the same.
     func testWholeChunksAreCopiedUnlessTheOpenSaysInPlace() {
         func writes(_ name: String, options: UInt32) -> Int {
-            let path = directory + "/" + name
-            let fd = ACSecureFileOpenWithOptions(path, O_RDWR | O_CREAT, 0o600, options)
-            XCTAssertGreaterThanOrEqual(fd, 0, name)
-            XCTAssertEqual(Array(repeating: UInt8(7), count: 20_000).withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 20_000) }, 20_000)
-            final class Count: @unchecked Sendable { var writes = 0 }
-            let count = Count()
-            SystemCallRecorder.with(SystemCallRecorder { if case .write = $0 { count.writes += 1 } }) {
-                XCTAssertEqual([UInt8](repeating: 8, count: 4096).withUnsafeBytes { ACSecureFilePwrite(fd, $0.baseAddress, 4096, 8192) }, 4096)
-            }
-            var back = [UInt8](repeating: 0, count: 20_000)
-            XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(fd, $0.baseAddress, 20_000, 0) }, 20_000)
-            XCTAssertEqual(back, Array(repeating: 7, count: 8192) + Array(repeating: 8, count: 4096) + Array(repeating: 7, count: 20_000 - 12_288), name)
-            XCTAssertEqual(ACSecureFileClose(fd), 0)
-            return count.writes
+            events(name, options: options, size: 20_000, pwrite: 4096, at: 8192) { if case .write = $0 { true } else { false } }
         }
         XCTAssertEqual(writes("copied", options: 0), 2, "the chunk's copy, then the chunk")
         XCTAssertEqual(writes("in-place", options: UInt32(ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE)), 1)

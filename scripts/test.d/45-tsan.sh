@@ -36,5 +36,6 @@ if [ "${1:-}" != --build-only ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -
 fi
 swift build --build-tests --sanitize thread --scratch-path "$scratch"
 [ "${1:-}" != --build-only ] || exit 0
-swift test --skip-build --sanitize thread --scratch-path "$scratch" --filter "$tests"
+# As many tests at a time as the machine has cores (each in a process of its own): about half the time.
+swift test --skip-build --sanitize thread --scratch-path "$scratch" --filter "$tests" --parallel --num-workers "$(nproc 2>/dev/null || echo 2)"
 echo "45-tsan: passed in $(( $(date +%s) - start )) s"
