@@ -103,17 +103,16 @@ extension SharedFile {
         let slot = Int(descriptor.sequence & 1)
         // A sync's copy (also a cut's) is of the end the file is being given; the others are of writes.
         if tailCopyNewestIsNotASyncs { try settleChunkCopy(fileEnd: kind == .sync ? size : diskSize) }
-        try withUnsafeTemporaryAllocation(byteCount: TailCopyDescriptor.size + total, alignment: 16) { (b) throws(SecureFileError) in
-            let d = b.baseAddress!
-            let copy = d + TailCopyDescriptor.size
-            copy.copyMemory(from: sealedEnd, byteCount: total)
-            descriptor.write(into: d)
-            try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
-            // Until its chunk is written whole in place (the caller then clears this), the copy
-            // may be the only whole version of that chunk.
-            unconfirmedChunkCopy = kind == .chunk ? (slot, size) : nil
-            try checkIO(Sys.pwriteFull(ioFD, d, b.count, layout.tailCopyOffset(slot)), "write the tail copy")
-        }
+        let count = TailCopyDescriptor.size + total
+        let d = ensureSlotStaging(count)
+        let copy = d + TailCopyDescriptor.size
+        copy.copyMemory(from: sealedEnd, byteCount: total)
+        descriptor.write(into: d)
+        try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
+        // Until its chunk is written whole in place (the caller then clears this), the copy
+        // may be the only whole version of that chunk.
+        unconfirmedChunkCopy = kind == .chunk ? (slot, size) : nil
+        try checkIO(Sys.pwriteFull(ioFD, d, count, layout.tailCopyOffset(slot)), "write the tail copy")
         tailCopySequence = descriptor.sequence
         tailCopyNewestIsNotASyncs = kind != .sync
         // A rewrite's copy is not the end a sync makes durable: the next sync writes its own.
@@ -138,14 +137,22 @@ extension SharedFile {
     private func newestDescriptorIsTheKnownOne() throws(SecureFileError) -> Bool {
         let from = layout.tailCopyOffset(0)
         let count = Int(layout.tailCopyOffset(1) - from) + TailCopyDescriptor.size
-        return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 16) { (b) throws(SecureFileError) -> Bool in
-            guard try checkIO(Sys.preadFull(ioFD, b.baseAddress!, count, from), "read the tail copies") == count else { return false }
-            let descriptors = [0, count - TailCopyDescriptor.size].compactMap {
-                TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b.baseAddress! + $0, count: TailCopyDescriptor.size))
-            }
-            guard let newest = descriptors.max(by: { $0.sequence < $1.sequence }) else { return false }
-            return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsNotASyncs
-        }
+        let b = ensureSlotStaging(count)
+        guard try checkIO(Sys.preadFull(ioFD, b, count, from), "read the tail copies") == count else { return false }
+        let first = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b, count: TailCopyDescriptor.size))
+        let second = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b + count - TailCopyDescriptor.size, count: TailCopyDescriptor.size))
+        guard let newest = [first, second].compactMap({ $0 }).max(by: { $0.sequence < $1.sequence }) else { return false }
+        return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsNotASyncs
+    }
+
+    /// `slotStaging`, at least `bytes` long.
+    private func ensureSlotStaging(_ bytes: Int) -> UnsafeMutableRawPointer {
+        if let slotStaging, slotStagingCapacity >= bytes { return slotStaging }
+        slotStaging?.deallocate()
+        let p = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 16)
+        slotStaging = p
+        slotStagingCapacity = bytes
+        return p
     }
 
     /// Before an in-place rewrite of the last chunk that a kill could cut between two pages, when
