@@ -203,8 +203,7 @@ final class ChunkKeys {
         static let cachedSelectors = 4
         /// The AAD of the chunk being opened (`FileLayout.chunkAADSize` bytes).
         let aad: UnsafeMutableRawPointer
-        private var scratch: UnsafeMutableRawPointer?
-        private var scratchCapacity = 0
+        private var ciphertext = GrowingBuffer(alignment: 64)
         private var chunk: SecureBuffer?
 
         fileprivate init(single: AESGCMContext?) throws(CryptoError) {
@@ -214,7 +213,7 @@ final class ChunkKeys {
         }
 
         deinit {
-            scratch?.deallocate()
+            ciphertext.deallocate()
             aad.deallocate()
         }
 
@@ -246,14 +245,7 @@ final class ChunkKeys {
         }
 
         /// Ciphertext staging of at least `bytes` (not secret: what the disk holds).
-        func scratch(_ bytes: Int) -> UnsafeMutableRawPointer {
-            if let scratch, scratchCapacity >= bytes { return scratch }
-            scratch?.deallocate()
-            let block = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 64)
-            scratch = block
-            scratchCapacity = bytes
-            return block
-        }
+        func scratch(_ bytes: Int) -> UnsafeMutableRawPointer { ciphertext.atLeast(bytes) }
 
         /// A plaintext chunk buffer of at least `bytes` (the caller wipes what it put there).
         func chunk(_ bytes: Int) throws(CryptoError) -> UnsafeMutableRawPointer {

@@ -104,7 +104,7 @@ extension SharedFile {
         // A sync's copy (also a cut's) is of the end the file is being given; the others are of writes.
         if tailCopyNewestIsNotASyncs { try settleChunkCopy(fileEnd: kind == .sync ? size : diskSize) }
         let count = TailCopyDescriptor.size + total
-        let d = ensureSlotStaging(count)
+        let d = slotStaging.atLeast(count)
         let copy = d + TailCopyDescriptor.size
         copy.copyMemory(from: sealedEnd, byteCount: total)
         descriptor.write(into: d)
@@ -137,22 +137,12 @@ extension SharedFile {
     private func newestDescriptorIsTheKnownOne() throws(SecureFileError) -> Bool {
         let from = layout.tailCopyOffset(0)
         let count = Int(layout.tailCopyOffset(1) - from) + TailCopyDescriptor.size
-        let b = ensureSlotStaging(count)
+        let b = slotStaging.atLeast(count)
         guard try checkIO(Sys.preadFull(ioFD, b, count, from), "read the tail copies") == count else { return false }
         let first = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b, count: TailCopyDescriptor.size))
         let second = TailCopyDescriptor.parse(UnsafeRawBufferPointer(start: b + count - TailCopyDescriptor.size, count: TailCopyDescriptor.size))
         guard let newest = [first, second].compactMap({ $0 }).max(by: { $0.sequence < $1.sequence }) else { return false }
         return newest.sequence == tailCopySequence && (newest.kind != .sync) == tailCopyNewestIsNotASyncs
-    }
-
-    /// `slotStaging`, at least `bytes` long.
-    private func ensureSlotStaging(_ bytes: Int) -> UnsafeMutableRawPointer {
-        if let slotStaging, slotStagingCapacity >= bytes { return slotStaging }
-        slotStaging?.deallocate()
-        let p = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 16)
-        slotStaging = p
-        slotStagingCapacity = bytes
-        return p
     }
 
     /// Before an in-place rewrite of the last chunk that a kill could cut between two pages, when

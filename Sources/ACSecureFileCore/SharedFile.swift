@@ -163,8 +163,7 @@ final class SharedFile: @unchecked Sendable {
     /// A tail-copy slot on its way to disk, or both slots' descriptors read back (descriptors and
     /// sealed bytes: nothing secret). Kept: a temporary allocation that large (over 1 KiB) cost
     /// two `malloc`s per chunk copy, i.e. per page write.
-    var slotStaging: UnsafeMutableRawPointer?
-    var slotStagingCapacity = 0
+    var slotStaging = GrowingBuffer(alignment: 16)
     let aad: UnsafeMutableRawPointer
     let trailerAAD: UnsafeMutableRawPointer
     /// Nonces for one batch (every chunk of the smallest chunk size, and the trailer): one
@@ -208,7 +207,7 @@ final class SharedFile: @unchecked Sendable {
 
     deinit {
         if let scratch { SpareScratch.give(scratch, capacity: scratchCapacity) }
-        slotStaging?.deallocate()
+        slotStaging.deallocate()
         fileID.deallocate()  // with aad, trailerAAD and nonces
         if ioFD >= 0 { _ = Sys.close(ioFD) }
     }
