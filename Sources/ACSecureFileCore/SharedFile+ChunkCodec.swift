@@ -186,14 +186,18 @@ enum SpareScratch {
 
 /// A shared, read-only chunk of zeros (the largest chunk size), for holes.
 enum ZeroChunk {
-    nonisolated(unsafe) private static let zeros: UnsafeMutableRawPointer = {
+    /// Read-only anonymous pages: the kernel maps them all to its one zero page, so the largest
+    /// chunk's zeros cost neither memory nor the time to write them (a debug build took milliseconds
+    /// per process to fill a megabyte), and a stray write through the pointer faults at once.
+    nonisolated(unsafe) private static let zeros: UnsafeRawPointer = {
         let count = 1 << Int(FileLayout.chunkShiftRange.upperBound)
-        let p = UnsafeMutableRawPointer.allocate(byteCount: count, alignment: 64)
-        p.initializeMemory(as: UInt8.self, repeating: 0, count: count)
-        return p
+        guard let p = mmap(nil, count, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), p != MAP_FAILED else {
+            fatalError("no address space for \(count) bytes of zeros: \(String(cString: strerror(errno)))")
+        }
+        return UnsafeRawPointer(p)
     }()
 
-    static var pointer: UnsafeRawPointer { UnsafeRawPointer(zeros) }
+    static var pointer: UnsafeRawPointer { zeros }
 }
 
 extension FileLayout {
