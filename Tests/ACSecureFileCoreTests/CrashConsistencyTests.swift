@@ -11,6 +11,16 @@ import ACSecureServices
     UInt8(truncatingIfNeeded: (UInt32(truncatingIfNeeded: j &+ k &* 7919) &* 0x9E37_79B1) >> 24)
 }
 
+/// `(0..<count).map { crashPattern(k, $0) }` without a closure call per byte (slow in a debug build).
+func crashPatternBytes(_ k: Int, _ count: Int) -> [UInt8] {
+    [UInt8](unsafeUninitializedCapacity: count) { b, initialized in
+        let p = b.baseAddress!
+        var j = 0
+        while j < count { p[j] = crashPattern(k, j); j &+= 1 }
+        initialized = count
+    }
+}
+
 /// What a secure file may contain after a crash or a failed system call: the state of the last
 /// successful fsync, plus the operations started after it (each may or may not have reached the disk).
 ///
@@ -139,7 +149,7 @@ final class CrashConsistencyTests: XCTestCase {
         switch f.first {
         case "W":
             let k = Int(f[1])!, off = Int(f[2])!, n = Int(f[3])!
-            oracle.write((0..<n).map { crashPattern(k, $0) }, at: off)
+            oracle.write(crashPatternBytes(k, n), at: off)
         case "T": oracle.truncate(Int(f[2])!)
         case "S": oracle.didSync()
         case "E": XCTFail("child error: \(line)")

@@ -72,11 +72,11 @@ func checkCrashState(_ bytes: [UInt8], epoch: CrashEpoch, stable: [Range<Int>], 
             if got.count != hi - lo {
                 failed[.neverHad] = failed[.neverHad] ?? "short read at \(lo): \(got.count) of \(hi - lo) inside the length \(size)"
             } else {
-                for r in inside where Array(got[(r.lowerBound - lo)..<(r.upperBound - lo)]) != Array(epoch.durable[r]) {
+                for r in inside where !sameBytes(got, r.lowerBound - lo, epoch.durable, r.lowerBound, count: r.count) {
                     failed[.durable] = failed[.durable] ?? "synced bytes in \(r) read otherwise"
                     otherLoss = true
                 }
-                if !epoch.models.contains(where: { $0.count >= hi && Array($0[lo..<hi]) == got }) {
+                if !epoch.models.contains(where: { sameBytes($0, lo, got, 0, count: hi - lo) }) {
                     for x in lo..<hi where !epoch.models.contains(where: { $0.count > x && $0[x] == got[x - lo] }) {
                         failed[.neverHad] = failed[.neverHad] ?? "byte \(x) reads \(got[x - lo]), a value it never had (size \(size))"
                         break

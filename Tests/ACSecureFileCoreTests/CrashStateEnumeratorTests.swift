@@ -183,7 +183,7 @@ final class CrashStateEnumeratorTests: XCTestCase {
             }
             // One state at a time: an epoch of many large writes has more than fit in memory.
             CrashStateBuilder(epoch).forEachState(limits, seed: 24) { kind, label, bytes in
-                guard seen.insert(bytes.hashValue).inserted else { return }
+                guard seen.insert(contentHash(bytes)).inserted else { return }
                 counts.states += 1
                 let verdict = checkCrashState(bytes, epoch: epoch, stable: stable, at: statePath, services: env.services, creationNeverSynced: creation)
                 if verdict.unreadableUnsynced { counts.unreadableUnsynced += 1 }

@@ -44,9 +44,21 @@ final class WriteShapeCrashTests: XCTestCase {
     /// boundary inside the old length (a kill that tore the rewrite of that boundary's next chunk,
     /// whose chunk copy, or old bytes, the next chunk reads). `changed` is what the operation writes.
     /// A state between is the first `count` bytes of `of`.
-    func states(_ s: Shape) -> (old: [UInt8], new: [UInt8], between: [(count: Int, of: [UInt8])], changed: Range<Int>) {
-        let old = (0..<s.before).map { crashPattern(0, $0) }
-        let data = (0..<s.count).map { crashPattern(1, $0) }
+    func states(_ s: Shape) -> ShapeStates {
+        if let known = knownStates[s.name] { return known }
+        let computed = computeStates(s)
+        knownStates[s.name] = computed
+        return computed
+    }
+
+    typealias ShapeStates = (old: [UInt8], new: [UInt8], between: [(count: Int, of: [UInt8])], changed: Range<Int>)
+    /// `states` of each shape, computed once per test: every kill and tear of a shape checks against
+    /// them, and a shape of a megabyte has hundreds of states between.
+    private var knownStates: [String: ShapeStates] = [:]
+
+    private func computeStates(_ s: Shape) -> ShapeStates {
+        let old = crashPatternBytes(0, s.before)
+        let data = crashPatternBytes(1, s.count)
         var new: [UInt8]
         var between: [(count: Int, of: [UInt8])] = []
         switch s.kind {
@@ -139,7 +151,7 @@ final class WriteShapeCrashTests: XCTestCase {
             let lo = c * Self.chunk, hi = min(size, lo + Self.chunk)
             do {
                 let got = try file.pread(count: hi - lo, at: Int64(lo))
-                if !alternatives.contains(where: { Array($0[lo..<hi]) == got }) {
+                if !alternatives.contains(where: { sameBytes($0, lo, got, 0, count: hi - lo) }) {
                     problems.append("\(label): chunk \(c) reads bytes that are neither the old nor the new content (size \(size))")
                 }
             } catch let e as SecureFileError {
@@ -252,7 +264,7 @@ final class WriteShapeCrashTests: XCTestCase {
             let r = try runChild(["writeback-exit", env.directory + "/store", path, "\(count)"])
             XCTAssertEqual(r.lines, ["W"])
             let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-            XCTAssertEqual(try f.readAll(), (0..<count).map { crashPattern(1, $0) }, "\(count) bytes")
+            XCTAssertEqual(try f.readAll(), crashPatternBytes(1, count), "\(count) bytes")
             try f.close()
         }
     }

@@ -25,7 +25,7 @@ package enum CrashFileOp: CustomStringConvertible {
         switch self {
         case .write(let offset, let bytes):
             if content.count < offset + bytes.count { content += [UInt8](repeating: 0, count: offset + bytes.count - content.count) }
-            content.replaceSubrange(offset..<offset + bytes.count, with: bytes)
+            copyBytes(bytes, 0..<bytes.count, into: &content, at: offset)
         case .truncate(let length):
             if length < content.count { content.removeSubrange(length...) } else { content += [UInt8](repeating: 0, count: length - content.count) }
         }
@@ -175,7 +175,7 @@ package struct CrashStateBuilder {
                     let forced = extending && hi > before
                     guard forced || persisted(i, k) else { continue }
                     if disk.count < hi { disk += [UInt8](repeating: 0, count: hi - disk.count) }
-                    disk.replaceSubrange(lo..<hi, with: after[lo..<hi])
+                    copyBytes(after, lo..<hi, into: &disk, at: lo)
                 }
             case .truncate:
                 if i < sizes { op.apply(to: &disk) }
