@@ -9,8 +9,8 @@
 # - SecureBytesTests/testKeyMaterialIsSendable: key material read by several threads at once;
 # - ReadCacheTests/testThreadsOnOneCachedFile: threads on handles of one file with a read cache;
 # - ContentionStressTests: threads reading (preads with the file's lock shared), writing, appending
-#   and truncating one file at once, with and without a read cache (fewer operations per thread
-#   here: ACSECURE_STRESS_OPERATIONS);
+#   and truncating one file at once, with and without a read cache (as many operations per thread
+#   as in the unit tests, 1,000);
 # - ParallelSealTests: large writes sealed by the sealing pool's threads next to the writer, from
 #   threads writing one file and many files at once.
 #
@@ -28,7 +28,6 @@ tests='SecureFileConcurrencyTests|EngineBehaviourTests/testManyThreadsOnOneHandl
 tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState)'
 tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile|ContentionStressTests'
 tests+='|ParallelSealTests/test(LargeWritersOnOneFileAndOnManyFilesAtOnce|AWriteFailingBetweenPiecesIsReportedAndTheFileStillOpens)'
-export ACSECURE_STRESS_OPERATIONS=150
 start=$(date +%s)
 if [ "${1:-}" != --build-only ] && [ -n "${ACSECURE_PREBUILD_PID:-}" ] && kill -0 "$ACSECURE_PREBUILD_PID" 2>/dev/null; then
   echo "45-tsan: waiting for the background build (scripts/test.sh; its log: prebuild.log)"
