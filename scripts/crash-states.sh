@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long run, outside scripts/test.sh (about 4 minutes after the build on 2 cores): the crash-state
+# Long run, outside scripts/test.sh (about 3 minutes after the build on 2 cores): the crash-state
 # enumerator's full run (Tests/ACSecureFileCoreTests/CrashStateEnumeratorTests.swift and
 # Tests/ACSecureSQLiteTests/SQLiteCrashStateTests.swift; docs/TESTING.md
 # "Power loss: every crash state between syncs"). Every workload does more rounds than in the test
