@@ -35,12 +35,14 @@ public enum NonceGenerator {
 /// same bytes. A thread that held the lock in the parent does not exist in the child, and the
 /// wipe releases the lock with it. `MADV_DONTDUMP` keeps bytes not yet used out of core dumps, and
 /// each byte is zeroed as it is taken.
-final class NoncePool: @unchecked Sendable {
+///
+/// A struct of pointers into that page, not a class: the one pool lives as long as the process, and
+/// reading it from the global then needs no reference count (a retain and a release per nonce
+/// request otherwise, on every write).
+struct NoncePool: @unchecked Sendable {
     /// nil when the kernel does not support `MADV_WIPEONFORK` (Linux before 4.14) or mmap fails.
     static let shared: NoncePool? = NoncePool()
 
-    private let page: UnsafeMutableRawPointer
-    private let pageSize: Int
     /// 0 unlocked, 1 locked.
     private let lockWord: UnsafeMutablePointer<Atomic<Int>>
     /// How many bytes at the end of `bytes` are not handed out yet (guarded by the lock).
@@ -64,8 +66,6 @@ final class NoncePool: @unchecked Sendable {
             return nil
         }
         _ = madvise(p, size, MADV_DONTDUMP)  // best effort: the wipe on fork is what uniqueness needs
-        page = p
-        pageSize = size
         lockWord = p.bindMemory(to: Atomic<Int>.self, capacity: 1)
         lockWord.initialize(to: Atomic(0))  // the same bits as the zeroed page a child sees
         available = (p + MemoryLayout<Int>.stride).bindMemory(to: Int.self, capacity: 1)
@@ -73,10 +73,6 @@ final class NoncePool: @unchecked Sendable {
         bytes = p + Self.headerSize
         capacity = size - Self.headerSize
         largestRequest = capacity / 4
-    }
-
-    deinit {
-        munmap(page, pageSize)
     }
 
     /// Copies `count` fresh random bytes to `out`; false (nothing taken) when `count` is larger
