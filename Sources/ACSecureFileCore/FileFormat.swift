@@ -491,8 +491,9 @@ public struct TailCopyDescriptor: Sendable, Equatable {
     /// copy there is not).
     func writeAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, slot: Int,
                   chunkTag: UnsafeRawPointer?, trailerTag: UnsafeRawPointer?) {
-        let label = Array((kind == .sync ? "ACSF tail" : kind == .rewrite ? "ACSF tai2" : "ACSF chnk").utf8)
-        label.withUnsafeBytes { out.copyMemory(from: $0.baseAddress!, byteCount: 9) }
+        // A StaticString: its bytes are in the binary (an Array of them was a heap allocation per copy).
+        let label: StaticString = kind == .sync ? "ACSF tail" : kind == .rewrite ? "ACSF tai2" : "ACSF chnk"
+        label.withUTF8Buffer { out.copyMemory(from: UnsafeRawPointer($0.baseAddress!), byteCount: 9) }
         (out + 9).copyMemory(from: fileID, byteCount: 16)
         (out + 25).storeBytes(of: sequence.bigEndian, as: UInt64.self)
         (out + 33).storeBytes(of: UInt64(size).bigEndian, as: UInt64.self)
