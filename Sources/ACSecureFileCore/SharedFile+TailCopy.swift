@@ -96,6 +96,15 @@ extension SharedFile {
     /// not a sync's).
     func writeTailCopy(size: Int64, sealedEnd: UnsafeRawPointer, sequenceIsCurrent: Bool = false,
                        kind: TailCopyDescriptor.Kind = .sync) throws(SecureFileError) {
+        try writeTailCopy(size: size, sequenceIsCurrent: sequenceIsCurrent, kind: kind) { (copy, count) throws(SecureFileError) in
+            copy.copyMemory(from: sealedEnd, byteCount: count)
+        }
+    }
+
+    /// `writeTailCopy`, with the copy's bytes (`count` of them) put into the slot's staging by
+    /// `fill`: read from the file there, they need no buffer of their own.
+    private func writeTailCopy(size: Int64, sequenceIsCurrent: Bool, kind: TailCopyDescriptor.Kind,
+                               filling fill: (_ copy: UnsafeMutableRawPointer, _ count: Int) throws(SecureFileError) -> Void) throws(SecureFileError) {
         guard layout.hasTailCopies, hasHeader else { return }
         try learnTheNewestCopy(sequenceIsCurrent: sequenceIsCurrent)
         let descriptor = TailCopyDescriptor(sequence: tailCopySequence &+ (tailCopyNewestIsNotASyncs ? 2 : 1), size: size, kind: kind)
@@ -106,7 +115,7 @@ extension SharedFile {
         let count = TailCopyDescriptor.size + total
         let d = slotStaging.atLeast(count)
         let copy = d + TailCopyDescriptor.size
-        copy.copyMemory(from: sealedEnd, byteCount: total)
+        try fill(copy, total)
         descriptor.write(into: d)
         try sealTailCopy(d, descriptor, slot: slot, copies: copy, chunkBytes: chunkBytes)
         // Until its chunk is written whole in place (the caller then clears this), the copy
@@ -156,15 +165,14 @@ extension SharedFile {
     func writeTailCopyOfTheEndBeforeRewrite() throws(SecureFileError) {
         try learnTheNewestCopy(sequenceIsCurrent: false)
         try settleChunkCopy(fileEnd: diskSize)
-        let (_, total) = tailCopyLength(size: diskSize)
         let end = layout.physicalSize(forPlaintextSize: diskSize)
-        // Not in the scratch memory: it holds the sealed chunk about to be written.
-        try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (b) throws(SecureFileError) in
-            let got = try checkIO(Sys.preadFull(ioFD, b.baseAddress!, total, end - Int64(total)), "read the end of the file for its tail copy")
+        // Read straight into the slot's staging (not the scratch memory: it holds the sealed chunk
+        // about to be written).
+        try writeTailCopy(size: diskSize, sequenceIsCurrent: true, kind: .rewrite) { (copy, total) throws(SecureFileError) in
+            let got = try checkIO(Sys.preadFull(ioFD, copy, total, end - Int64(total)), "read the end of the file for its tail copy")
             guard got == total else {
                 throw .ace(.badKeyOrCorruptData, "\(path): the file ends before its authenticated end (cut by another process?)")
             }
-            try writeTailCopy(size: diskSize, sealedEnd: b.baseAddress!, sequenceIsCurrent: true, kind: .rewrite)
         }
     }
 
