@@ -15,13 +15,14 @@ import Glibc
 #endif
 import ACSecureServices
 import ACSecureFileCore
+import ACSecureTestSupport
 
 func runExhaustion(store: String, directory: String, mode: String) -> Never {
     var problems = 0
     func expect(_ ok: Bool, _ what: @autoclosure () -> String) {
         if !ok { problems += 1; emit("E \(what())") }
     }
-    func content(_ i: Int) -> [UInt8] { (0..<100).map { pattern(i, $0) } }
+    func content(_ i: Int) -> [UInt8] { crashPatternBytes(i, 100) }
     func path(_ i: Int) -> String { "\(directory)/f\(i)" }
 
     do {

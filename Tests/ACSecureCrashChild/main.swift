@@ -7,7 +7,7 @@
 // Protocol on stdout, one line per event, each written with a single write(2) so the parent sees
 // exactly what was started:
 //     R                    the file exists and is synced (empty); the parent may kill from now on
-//     W <k> <offset> <n>   operation k is about to pwrite n bytes (CrashPattern.byte(k, j)) at offset
+//     W <k> <offset> <n>   operation k is about to pwrite n bytes (crashPattern(k, j), Tests/ACSecureTestSupport) at offset
 //     T <k> <length>       operation k is about to ftruncate to length
 //     S <k>                fsync returned: every operation announced before this line is durable
 //     E <message>          an operation failed (the parent treats this as a test failure)
@@ -60,7 +60,7 @@ if args.count == 5, args[1] == "append-sync" {
     // mode, appends <count> bytes of pattern 7, fsyncs and closes it. Prints "S" when done.
     runMode(store: args[2]) { services in
         let file = try SecureFile.open(args[3], flags: O_RDWR | O_APPEND, services: services, sharing: .processes)
-        _ = try patternBytes(7, Int(args[4]) ?? 0).withUnsafeBytes { try file.write($0) }
+        _ = try crashPatternBytes(7, Int(args[4]) ?? 0).withUnsafeBytes { try file.write($0) }
         try file.sync()
         try file.close()
         emit("S")
@@ -76,7 +76,7 @@ if args.count == 5, args[1] == "create-append" {
         var byte: UInt8 = 0
         _ = Glibc.read(0, &byte, 1)
         let file = try SecureFile.open(args[3], flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: services, sharing: .processes)
-        _ = try patternBytes(record, 100).withUnsafeBytes { try file.write($0) }
+        _ = try crashPatternBytes(record, 100).withUnsafeBytes { try file.write($0) }
         try file.close()
         emit("A")
     }
@@ -95,7 +95,7 @@ if args.count == 7, args[1] == "append-loop" {
         let pause = mode.count > 1 ? UInt32(mode[1]) ?? 0 : 0
         let kept = steady ? try SecureFile.open(args[3], flags: O_RDWR | O_APPEND, services: services, sharing: .processes) : nil
         for k in first..<first + count {
-            let data = patternBytes(k, 100)
+            let data = crashPatternBytes(k, 100)
             if pause > 0 { usleep(pause) }
             if let kept {
                 _ = try data.withUnsafeBytes { try kept.write($0) }
@@ -119,7 +119,7 @@ if args.count == 5, args[1] == "writeback-exit" {
         let file = try SecureFile.open(args[3], flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services, buffering: .writeBack)
         let n = Int(args[4]) ?? 0
         // 100-byte records, as a logger writes: the last run holds several chunks at exit.
-        let bytes = patternBytes(1, n)
+        let bytes = crashPatternBytes(1, n)
         for start in stride(from: 0, to: n, by: 100) {
             _ = try bytes[start..<min(n, start + 100)].withUnsafeBytes { try file.write($0) }
         }
@@ -161,22 +161,6 @@ nonisolated(unsafe) var rng = SplitMix64(seed: seed)
 func next() -> UInt64 { rng.next() }
 func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 
-/// Byte j of operation k's data: must match CrashPattern in the tests.
-@inline(__always) func pattern(_ k: Int, _ j: Int) -> UInt8 {
-    UInt8(truncatingIfNeeded: (UInt32(truncatingIfNeeded: j &+ k &* 7919) &* 0x9E37_79B1) >> 24)
-}
-
-/// `(0..<count).map { pattern(k, $0) }` without the closure calls, which a debug build makes slow:
-/// the shapes of a megabyte and more built their bytes in a third of each child's time.
-func patternBytes(_ k: Int, _ count: Int) -> [UInt8] {
-    [UInt8](unsafeUninitializedCapacity: count) { b, initialized in
-        let p = b.baseAddress!
-        var j = 0
-        while j < count { p[j] = pattern(k, j); j &+= 1 }
-        initialized = count
-    }
-}
-
 do {
     let services = try SecureServices(appID: "com.example.tests", storeDirectory: args[1], argonCost: .minimum)
     let file = try SecureFile.open(args[2], flags: O_RDWR | O_CREAT, mode: 0o600, services: services)
@@ -190,13 +174,13 @@ do {
             let off = Int64(below(12 * chunk))
             let n = 1 + below(below(4) == 0 ? 3 * chunk : 600)
             emit("W \(k) \(off) \(n)")
-            let data = patternBytes(k, n)
+            let data = crashPatternBytes(k, n)
             _ = try data.withUnsafeBytes { try file.pwrite($0, at: off) }
             size = max(size, off + Int64(n))
         case 4..<7:  // append
             let n = 1 + below(below(3) == 0 ? 2 * chunk : 300)
             emit("W \(k) \(size) \(n)")
-            let data = patternBytes(k, n)
+            let data = crashPatternBytes(k, n)
             _ = try data.withUnsafeBytes { try file.pwrite($0, at: size) }
             size += Int64(n)
         case 7:  // truncate: shrink or grow
@@ -247,7 +231,7 @@ func runHeldAppend(store: String, path: String, holdBeforePwrite: Int, record: I
             }
             return nil
         }
-        _ = try patternBytes(record, 100).withUnsafeBytes { try file.write($0) }
+        _ = try crashPatternBytes(record, 100).withUnsafeBytes { try file.write($0) }
         SecureFileTesting.transferFaultInjector = nil
         try file.close()
         emit("A \(counter.pwrites)")
@@ -274,7 +258,7 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
             _ = Sys.unlink(path)
         } else {
             let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
-            if s.before > 0 { _ = try patternBytes(0, s.before).withUnsafeBytes { try setup.pwrite($0, at: 0) } }
+            if s.before > 0 { _ = try crashPatternBytes(0, s.before).withUnsafeBytes { try setup.pwrite($0, at: 0) } }
             try setup.close()
         }
         final class Counter: @unchecked Sendable { var calls = 0; var killNext = false }
@@ -296,7 +280,7 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
             }
             return nil
         }
-        let data = patternBytes(1, s.count)
+        let data = crashPatternBytes(1, s.count)
         switch s.kind {
         case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite, .doubleWrite, .wholeInPlace:
             let shared = s.kind == .sharedWrite || s.kind == .sharedTruncate

@@ -6,21 +6,6 @@ import ACSecureTestSupport
 import ACSecureServices
 @testable import ACSecureFileCore
 
-/// Byte j of crash-child operation k's data (the same formula as Tests/ACSecureCrashChild/main.swift).
-@inline(__always) func crashPattern(_ k: Int, _ j: Int) -> UInt8 {
-    UInt8(truncatingIfNeeded: (UInt32(truncatingIfNeeded: j &+ k &* 7919) &* 0x9E37_79B1) >> 24)
-}
-
-/// `(0..<count).map { crashPattern(k, $0) }` without a closure call per byte (slow in a debug build).
-func crashPatternBytes(_ k: Int, _ count: Int) -> [UInt8] {
-    [UInt8](unsafeUninitializedCapacity: count) { b, initialized in
-        let p = b.baseAddress!
-        var j = 0
-        while j < count { p[j] = crashPattern(k, j); j &+= 1 }
-        initialized = count
-    }
-}
-
 /// What a secure file may contain after a crash or a failed system call: the state of the last
 /// successful fsync, plus the operations started after it (each may or may not have reached the disk).
 ///

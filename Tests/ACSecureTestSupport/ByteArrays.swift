@@ -29,3 +29,20 @@ package func contentHash(_ bytes: [UInt8]) -> Int {
     bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
     return hasher.finalize()
 }
+
+/// Byte j of crash-child operation k's data: the crash child (Tests/ACSecureCrashChild) writes these
+/// bytes and the tests check for them.
+@inlinable package func crashPattern(_ k: Int, _ j: Int) -> UInt8 {
+    UInt8(truncatingIfNeeded: (UInt32(truncatingIfNeeded: j &+ k &* 7919) &* 0x9E37_79B1) >> 24)
+}
+
+/// `(0..<count).map { crashPattern(k, $0) }` without a closure call per byte (the shapes of a
+/// megabyte and more built their bytes that way in a third of each crash child's time).
+package func crashPatternBytes(_ k: Int, _ count: Int) -> [UInt8] {
+    [UInt8](unsafeUninitializedCapacity: count) { b, initialized in
+        let p = b.baseAddress!
+        var j = 0
+        while j < count { p[j] = crashPattern(k, j); j &+= 1 }
+        initialized = count
+    }
+}
