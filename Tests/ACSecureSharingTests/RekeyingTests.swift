@@ -183,8 +183,8 @@ final class RekeyingTests: XCTestCase {
     }
 }
 
-/// memcmp of two equally long arrays from `offset` on (elementwise comparison of 64 MiB is slow in debug builds).
+/// Two arrays of the same length with the same bytes from `offset` on (ACSecureTestSupport's
+/// memcmp: elementwise comparison of 64 MiB is slow in debug builds).
 func sameBytes(_ a: [UInt8], _ b: [UInt8], from offset: Int) -> Bool {
-    guard a.count == b.count, a.count >= offset else { return false }
-    return a.withUnsafeBytes { x in b.withUnsafeBytes { y in memcmp(x.baseAddress! + offset, y.baseAddress! + offset, a.count - offset) == 0 } }
+    a.count == b.count && sameBytes(a, offset, b, offset, count: a.count - offset)
 }
