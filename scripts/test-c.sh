@@ -18,9 +18,9 @@
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c,
-#       parallel-read.c, journal-pattern.c, per-call.c, double-write.c and kill-tear.c (one short round each, likewise;
-#       kill-tear.c's 100 random kills of an appender, and of an overwriter, 50 of overwriters of 4 and 8 KiB of whole
-#       chunks, and 50 of an overwriter with double writes, must leave no unreadable chunk).
+#       parallel-read.c, journal-pattern.c, per-call.c, overwrite-cost.c, double-write.c and kill-tear.c (one short round
+#       each, likewise; kill-tear.c's 100 random kills of an appender, and of an overwriter, 50 of overwriters of 4, 8, 16
+#       and 64 KiB of whole chunks, and 50 of an overwriter with double writes, must leave no unreadable chunk).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
 #   ACSECURE_TEST_C_PREFIX install there instead of into the temp dir (scripts/test.sh: the SQLite and
 #   CPython suites then use this install instead of making their own),
@@ -63,6 +63,7 @@ build sync-cost "$root/Benchmarks/c/sync-cost.c"
 build parallel-read "$root/Benchmarks/c/parallel-read.c"
 build journal-pattern "$root/Benchmarks/c/journal-pattern.c"
 build per-call "$root/Benchmarks/c/per-call.c"
+build overwrite-cost "$root/Benchmarks/c/overwrite-cost.c"
 build kill-tear "$root/Benchmarks/c/kill-tear.c"
 build double-write "$root/Benchmarks/c/double-write.c"
 
@@ -147,6 +148,7 @@ mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 |
 "$work/parallel-read" "$work/open-cost-files" 1 200 1 2 >/dev/null || status=1
 "$work/journal-pattern" "$work/open-cost-files" 32 1 1 >/dev/null || status=1
 "$work/per-call" "$work/open-cost-files" 1 50 >/dev/null || status=1
+"$work/overwrite-cost" "$work/open-cost-files" 1 >/dev/null || status=1
 "$work/double-write" "$work/open-cost-files" 1 5 >/dev/null || status=1
 # A SIGKILL at a random moment must never leave an appender's or an overwriter's file with a chunk
 # that does not read or a byte it never had (before stop 36 about 8 % of kills of an appender did,
@@ -160,8 +162,9 @@ for mode in append overwrite; do
     fi
 done
 # Overwriters of whole chunks, a database's 4 and 8 KiB pages (since stop 39 such a write copies
-# each chunk first; before, 6-8 % of kills of the 4 KiB one left its chunk unreadable).
-for size in 4096 8192; do
+# each chunk first; before, 6-8 % of kills of the 4 KiB one left its chunk unreadable), and 16 and
+# 64 KiB (since stop 41; before, 2 % and 14 % of kills left one).
+for size in 4096 8192 16384 65536; do
     if ! out="$("$work/kill-tear" "$work/open-cost-files" 50 "$size" overwrite --require-none 2>&1)"; then
         echo "test-c: kill-tear: random kills of a $size-byte overwriter of whole chunks left unreadable chunks:" >&2
         echo "$out" >&2

@@ -37,9 +37,9 @@ extension SecureFile {
     ///     call returns (two `fdatasync`s per such write), so a power loss costs no synced byte.
     ///     `ACSECURE_DOUBLE_WRITE=1` makes `.doubleWrite` the default. The file's state is shared by
     ///     this process's handles: once one asked for double writes, all of them double-write.
-    ///   - wholeChunkOverwrites: `.chunkCopy` (default): a write that rewrites at most two chunks in
-    ///     place copies those it rewrites whole too, so a kill that cuts it never leaves one
-    ///     unreadable; `.inPlace`: no copy (one `pwrite` less per such write), and a kill that cuts
+    ///   - wholeChunkOverwrites: `.chunkCopy` (default): a write copies each chunk it rewrites whole
+    ///     in place too, so a kill that cuts it never leaves one unreadable; `.inPlace`: no copy
+    ///     (one `pwrite` less per chunk, the whole chunks in one `pwrite`), and a kill that cuts
     ///     the write between two pages leaves the chunk unreadable (EIO) until it is rewritten
     ///     whole — for callers that rewrite torn pages from a journal of their own, as SQLite does.
     ///     The file's state is shared by this process's handles: chunks are rewritten in place
@@ -265,10 +265,10 @@ extension SecureFile {
     /// (docs/FORMAT.md "A chunk copy"). Every chunk spans two pages on disk, and Linux stops a
     /// `write` between two pages when SIGKILL is pending: the chunk is then half new, half old.
     public enum WholeChunkOverwrites: Sendable, Equatable {
-        /// A write that rewrites at most two chunks in place (a database's page) puts each chunk
-        /// it rewrites whole in a chunk copy first (one `pwrite` more): a kill that cuts the write
-        /// leaves the chunk as it was or as the write made it. Larger writes copy only chunks they
-        /// rewrite in part (a copy per chunk would cost a `pwrite` per chunk).
+        /// A write puts each chunk it rewrites whole in place in a chunk copy first, then writes it
+        /// (two `pwrite`s per chunk): a kill that cuts the write leaves every chunk as it was or as
+        /// the write made it. A large overwrite in place pays for it (1 MiB: 2.7 times the time of
+        /// `.inPlace`, docs/BENCHMARKS.md "Every chunk rewritten in place copied first").
         case chunkCopy
         /// No copy: a kill that cuts the write may leave a chunk it rewrote whole unreadable (EIO)
         /// until it is written whole again. For callers that rewrite torn pages from a journal of

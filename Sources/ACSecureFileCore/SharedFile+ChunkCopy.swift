@@ -13,9 +13,9 @@ import ACSystemCalls
 /// rewrites, across two pages, a chunk whose old bytes it keeps in part, it writes that chunk as
 /// it is about to seal it in place into the slot the newest sync's copy is not in. A chunk it
 /// rewrites whole holds only the call's bytes, but torn it would read as corrupt, not as the old
-/// or the new chunk: a write that rewrites at most two chunks in place copies those too (a
-/// database's page), unless every handle said it repairs torn chunks itself
-/// (`SecureFile.WholeChunkOverwrites.inPlace`, the SQLite VFS). A reader that
+/// or the new chunk: a write copies those too, however many it rewrites in place (each written
+/// right after its own copy: two `pwrite`s per chunk), unless every handle said it repairs torn
+/// chunks itself (`SecureFile.WholeChunkOverwrites.inPlace`, the SQLite VFS). A reader that
 /// finds the chunk failing in place takes the copy when a sector's worth of the chunk in place is
 /// the copy's (`sharesASector`): every write has a fresh nonce, so its ciphertext is its own, and
 /// some of it in place means the torn write is the copy's (a kill leaves the first page, with the
@@ -32,41 +32,39 @@ import ACSystemCalls
 /// at a sector.
 extension SharedFile {
     /// Writes the sealed chunks of an overwrite inside the file (`bytes` bytes at `buf`: `k` chunks
-    /// from `first`, no trailer) in place. The batch's first and last chunk each get a chunk copy
-    /// first when a kill could tear them (they span two pages) and they keep old bytes
-    /// (`keepsOldBytes`), or are rewritten whole in a batch of at most two chunks (unless
-    /// `copiesWholeChunks` is off); when both do, the first is written alone before the second's
-    /// copy. Whole chunks in between are not copied: a copy per chunk would cost a `pwrite` per chunk.
+    /// from `first`, no trailer) in place. Each chunk a kill could tear (it spans two pages) gets a
+    /// chunk copy first when it keeps old bytes (`keepsOldBytes`: the batch's first and last), or
+    /// when it is rewritten whole and `copiesWholeChunks` is on; then a `pwrite` that holds no other
+    /// chunk copied, so each copy is there while its chunk is written, and no copy goes over one
+    /// whose chunk is not yet whole in place. So a batch of whole chunks costs two `pwrite`s per
+    /// chunk: the price of no chunk ever left torn (handles that repair torn chunks themselves say
+    /// `.inPlace`, and write the batch in one `pwrite` but for its partial ends).
     func writeInPlace(_ buf: UnsafeRawPointer, bytes: Int, first: Int64, chunks k: Int,
                       keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
         let start = layout.chunkOffset(first)
         func keepsOld(_ j: Int) -> Bool { keepsOldBytes(first + Int64(j)) }
+        func sealedBytes(_ j: Int) -> Int { j == k - 1 ? bytes - j * physical : physical }
         func needsCopy(_ j: Int) -> Bool {
-            let count = j == k - 1 ? bytes - j * physical : physical
-            let spansPages = !Self.withinOnePage(start + Int64(j * physical), Int64(count))
-            return keepsOld(j) ? doubleWrite || spansPages : copiesWholeChunks && k <= 2 && spansPages
+            let spansPages = !Self.withinOnePage(start + Int64(j * physical), Int64(sealedBytes(j)))
+            return keepsOld(j) ? doubleWrite || spansPages : copiesWholeChunks && spansPages
         }
-        let firstNeedsCopy = needsCopy(0)
-        let lastNeedsCopy = k > 1 && needsCopy(k - 1)
         var from = 0
-        if firstNeedsCopy {
-            let count = k == 1 ? bytes : physical
-            try writeChunkCopy(buf, index: first, sealedBytes: count, keepsOldBytes: keepsOld(0))
-            if lastNeedsCopy {
-                try checkIO(Sys.pwriteFull(ioFD, buf, count, start), "write")
-                try ownChunkCopySettled("a chunk rewritten in part before the next chunk copy", keepsOldBytes: keepsOld(0))
-                from = count
-            }
+        var copied = (0..<k).first(where: needsCopy)
+        guard copied != nil else {
+            try checkIO(Sys.pwriteFull(ioFD, buf, bytes, start), "write")
+            return
         }
-        if lastNeedsCopy {
-            let at = (k - 1) * physical
-            try writeChunkCopy(buf + at, index: first + Int64(k - 1), sealedBytes: bytes - at, keepsOldBytes: keepsOld(k - 1))
-        }
-        try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write")
-        if firstNeedsCopy || lastNeedsCopy {
-            try ownChunkCopySettled("a chunk rewritten in part before the call returns",
-                                    keepsOldBytes: lastNeedsCopy ? keepsOld(k - 1) : keepsOld(0))
+        while let j = copied {
+            let next = (j + 1..<k).first(where: needsCopy)
+            try writeChunkCopy(buf + j * physical, index: first + Int64(j), sealedBytes: sealedBytes(j), keepsOldBytes: keepsOld(j))
+            let to = next.map { $0 * physical } ?? bytes
+            try checkIO(Sys.pwriteFull(ioFD, buf + from, to - from, start + Int64(from)), "write")
+            try ownChunkCopySettled(next == nil ? "a chunk rewritten in part before the call returns"
+                                                : "a chunk rewritten in part before the next chunk copy",
+                                    keepsOldBytes: keepsOld(j))
+            from = to
+            copied = next
         }
     }
 
@@ -80,10 +78,12 @@ extension SharedFile {
     ///   one page (a kill never cuts it), while one whose part before the old end lies in one page
     ///   keeps the split, whole at every kill;
     /// - the batch's first chunk, when it is a full chunk rewritten across two pages (an overwrite
-    ///   across the end) in part, or whole when the batch rewrites at most two chunks in place
-    ///   (and `copiesWholeChunks`): a chunk copy; so is the second of two full chunks in place
-    ///   from a chunk-aligned end. When the first and another are copied, the first chunk is
-    ///   written alone, before the next copy goes over its own.
+    ///   across the end) in part, or whole (and `copiesWholeChunks`): a chunk copy; so is the
+    ///   second of two full chunks in place from a chunk-aligned end. When the first and another
+    ///   are copied, the first chunk is written alone, before the next copy goes over its own.
+    /// A batch that moves the end rewrites at most two chunks in place when `copiesWholeChunks`
+    /// (`writeRun` writes the ones before in a batch of its own); with `.inPlace` handles, more,
+    /// of which only a first rewritten in part is copied.
     func writeMovingTheEnd(_ buf: UnsafeRawPointer, bytes: Int, split: Int, first: Int64, chunks k: Int, newDiskSize: Int64,
                            keepsOldBytes: (Int64) -> Bool) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
@@ -94,7 +94,7 @@ extension SharedFile {
         let lastStart = layout.chunkOffset(lastIndex)
         let copiesTheEnd = lastIndex == diskChunks - 1 && diskSize & mask != 0 && !Self.withinOnePage(lastStart, oldEnd - lastStart)
         let firstKeepsOld = keepsOldBytes(first)
-        // Whole chunks are copied when the batch rewrites at most two chunks in place (below the old end).
+        // Whole chunks are copied (`writeRun` leaves at most two in place below the old end then).
         let inPlaceChunks = max(0, diskChunks - first)
         let copiesWhole = copiesWholeChunks && inPlaceChunks <= 2
         let copiesTheFirst = k > 1 && first < diskSize >> Int64(layout.chunkShift) && (firstKeepsOld || copiesWhole)

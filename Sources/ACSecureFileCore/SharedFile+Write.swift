@@ -35,8 +35,7 @@ extension SharedFile {
     /// at that chunk's end, with the call's first bytes written: a short write).
     ///
     /// Any other span writes the write-back run out first. The run's own span (`flushingRun`) is
-    /// not stopped between its two runs by a services lock: the lock flushes it (a hole before it
-    /// may still stop at a batch boundary).
+    /// not stopped between its two runs, nor between batches, by a services lock: the lock flushes it.
     @discardableResult
     func writeSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, flushingRun: Bool = false) throws(SecureFileError) -> Int {
         guard count > 0 else { return 0 }
@@ -45,26 +44,27 @@ extension SharedFile {
         let end = offset + Int64(count)
         let boundary = ((diskSize + Int64(chunkSize) - 1) >> shift) << shift
         guard diskSize & Int64(chunkSize - 1) != 0, end > boundary else {
-            return try writeRunSpan(buffer, count: count, at: offset)
+            return try writeRunSpan(buffer, count: count, at: offset, flushingRun: flushingRun)
         }
         var first: Int
         if offset < boundary {
-            first = try writeRunSpan(buffer, count: Int(boundary - offset), at: offset)
+            first = try writeRunSpan(buffer, count: Int(boundary - offset), at: offset, flushingRun: flushingRun)
             guard first == Int(boundary - offset) else { return first }
         } else {
             // Only padding: the first run completes the short last chunk with zeros.
-            guard try writeRunSpan(nil, count: Int(boundary - diskSize), at: diskSize) > 0 else {
+            guard try writeRunSpan(nil, count: Int(boundary - diskSize), at: diskSize, flushingRun: flushingRun) > 0 else {
                 throw .ace(.noKeys, "\(path): secure services locked before the write")
             }
             first = 0
         }
         if stopRequested && !flushingRun { return first }
         let restFrom = max(offset, boundary)
-        let rest = try writeRunSpan(buffer.map { $0 + Int(restFrom - offset) }, count: Int(end - restFrom), at: restFrom)
+        let rest = try writeRunSpan(buffer.map { $0 + Int(restFrom - offset) }, count: Int(end - restFrom), at: restFrom,
+                                    flushingRun: flushingRun)
         return first + rest
     }
 
-    private func writeRunSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64) throws(SecureFileError) -> Int {
+    private func writeRunSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, flushingRun: Bool) throws(SecureFileError) -> Int {
         let shift = Int64(layout.chunkShift)
         let end = offset + Int64(count)
         let newSize = max(diskSize, end)
@@ -108,7 +108,7 @@ extension SharedFile {
             // The plaintext of chunk `i`. Passed straight to `writeRun` (not kept in a local first):
             // a non-escaping closure lives on the stack, a stored one (and `cacheHolds`, which it
             // changes) would be two heap allocations per call.
-            done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1),
+            done = try writeRun(first: runFirst, count: Int(lastIndex - runFirst + 1), flushingRun: flushingRun,
                                 length: { self.layout.chunkLength($0, size: newSize) },
                                 keepsOldBytes: keepsOldBytes) { (i: Int64) -> UnsafeRawPointer in
                 let start = i << shift
@@ -185,8 +185,9 @@ extension SharedFile {
     /// Seals chunks `first..<first+count` (plaintext from `source`, length from `length`; those for
     /// which `keepsOldBytes` is true are rewritten in part) and writes them in batches; a batch that
     /// reaches the end carries the new trailer in the same call. Returns how many chunks were
-    /// written: all, unless services lock between batches.
-    func writeRun(first: Int64, count: Int, length: (Int64) -> Int, keepsOldBytes: (Int64) -> Bool,
+    /// written: all, unless services lock between batches (and it is not `flushingRun`: the
+    /// write-back run a lock itself writes, in full, before the keys go).
+    func writeRun(first: Int64, count: Int, flushingRun: Bool, length: (Int64) -> Int, keepsOldBytes: (Int64) -> Bool,
                   source: (Int64) -> UnsafeRawPointer) throws(SecureFileError) -> Int {
         precondition(first <= diskChunks, "chunks must be contiguous with the disk")
         guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
@@ -196,13 +197,19 @@ extension SharedFile {
         var i = first
         let end = first + Int64(count)
         while i < end {
-            if i > first && stopRequested { break }
+            if i > first && stopRequested && !flushingRun { break }
             var k = Int(min(Int64(maxBatch), end - i))
             if layout.hasTailCopies && k * chunkSize >= Self.parallelSealBytes {
                 // A batch sealed by several threads copies none of its chunks: a chunk rewritten in
                 // part goes in a batch of its own instead (one `pwrite` more), which copies it
                 // first (SharedFile+ChunkCopy.swift).
                 if keepsOldBytes(i) { k = 1 } else if i + Int64(k) == end && keepsOldBytes(end - 1) { k -= 1 }
+            }
+            if layout.hasTailCopies && copiesWholeChunks && diskChunks - i > 2 && i + Int64(k) > diskChunks - 2 {
+                // Every chunk rewritten in place is copied before it is written (a kill could tear
+                // it): `writeInPlace` copies any number of them, `writeMovingTheEnd` at most two,
+                // so the chunks in place before the old end's last two go in a batch of their own.
+                k = Int(diskChunks - 2 - i)
             }
             let lastIndex = i + Int64(k) - 1
             let lastLength = length(lastIndex)
@@ -221,9 +228,21 @@ extension SharedFile {
             // trailer and last chunk stay intact until the new ones are complete.
             let split = touchesEnd && start < oldEnd && start + Int64(bytes) > oldEnd ? Int(oldEnd - start) : 0
             if k * chunkSize >= Self.parallelSealBytes, let pool = SealingPool.shared {
+                // Chunks rewritten in place are copied one by one before they are written: such a
+                // batch is sealed by several threads first, then written as the sequential path does.
+                let copiesFirst = layout.hasTailCopies && copiesWholeChunks && i < diskChunks
+                let batchFirst = i
                 try sealAndWriteInParallel(pool: pool, buffer: buf, bytes: bytes, split: split, first: i, chunks: k,
                                            lastLength: lastLength, newDiskSize: touchesEnd ? newDiskSize : nil,
-                                           cipher: cipher, source: source)
+                                           cipher: cipher, source: source,
+                                           writesAsSealed: !copiesFirst) { () throws(SecureFileError) in
+                    if touchesEnd {
+                        try self.writeMovingTheEnd(buf, bytes: bytes, split: split, first: batchFirst, chunks: k,
+                                                   newDiskSize: newDiskSize, keepsOldBytes: keepsOldBytes)
+                    } else {
+                        try self.writeInPlace(buf, bytes: bytes, first: batchFirst, chunks: k, keepsOldBytes: keepsOldBytes)
+                    }
+                }
             } else {
                 // The read cache gets each chunk as it is sealed; if the batch does not reach the
                 // disk (a failed seal here, a failed write below), its chunks are dropped again.
@@ -322,7 +341,8 @@ extension SharedFile {
     /// selector).
     private func sealAndWriteInParallel(pool: SealingPool, buffer: UnsafeMutableRawPointer, bytes: Int, split: Int,
                                         first: Int64, chunks k: Int, lastLength: Int, newDiskSize: Int64?,
-                                        cipher: ChunkKeys, source: (Int64) -> UnsafeRawPointer) throws(SecureFileError) {
+                                        cipher: ChunkKeys, source: (Int64) -> UnsafeRawPointer,
+                                        writesAsSealed: Bool, thenWrite: () throws(SecureFileError) -> Void) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
         let contexts: [AESGCMContext]
         let selector: UInt32
@@ -373,16 +393,17 @@ extension SharedFile {
                 written = end
             }
         }
+        // Unless `writesAsSealed`, nothing is written until every chunk is sealed; then `thenWrite` writes the batch.
         while failure == nil, let p = job.claim() {
             job.sealAsWriter(piece: p)
             let sealed = job.sealed
             if job.sealFailed { break }
-            writeSealed(sealed)
+            if writesAsSealed { writeSealed(sealed) }
         }
-        while failure == nil && !job.sealFailed && written < bytes {
+        while failure == nil && !job.sealFailed && (writesAsSealed ? written < bytes : job.sealed != all) {
             let sealed = job.sealed
             if job.sealFailed { break }
-            writeSealed(sealed)
+            if writesAsSealed { writeSealed(sealed) }
             if sealed != all { sched_yield() }  // a helper is sealing the rest
         }
         job.finish()
@@ -390,6 +411,8 @@ extension SharedFile {
         if failure == nil && job.sealFailed {
             // Pieces sealed before may be on disk: as after a failed write.
             failure = .crypto(.openSSL("EVP_EncryptUpdate"), "\(path): encryption of chunks \(first)..<\(first + Int64(k)) failed")
+        } else if failure == nil && !writesAsSealed {
+            do { try thenWrite() } catch { failure = error }
         } else if failure == nil && split > 0, case .failure(let e) = Sys.pwriteFull(ioFD, buffer, split, start) {
             failure = .posix(e.rawValue, "\(path): write")
         }

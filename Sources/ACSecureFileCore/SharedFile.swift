@@ -116,7 +116,7 @@ final class SharedFile: @unchecked Sendable {
     /// A handle asked for double writes (`SecureFile.PartialOverwrites.doubleWrite`): a chunk copy is
     /// on the device before its chunk is rewritten, and the rewrite before the call returns.
     var doubleWrite = false
-    /// Whole chunks that a write of at most two chunks rewrites in place get a chunk copy first, as
+    /// Whole chunks that a write rewrites in place get a chunk copy first, as
     /// chunks rewritten in part do, so a kill never leaves one unreadable. False only when every
     /// handle of the process opened the file with `SecureFile.WholeChunkOverwrites.inPlace`.
     var copiesWholeChunks = true

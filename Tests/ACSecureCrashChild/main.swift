@@ -390,13 +390,19 @@ struct CrashShape {
         CrashShape("overwrite-across-two-chunks", 20000, .write, 8100, 200),
         CrashShape("coordinated-overwrite-inside-one-chunk", 20000, .sharedWrite, 5000, 100),
         CrashShape("double-write-across-two-chunks", 20000, .doubleWrite, 8100, 200),
-        // Whole chunks of a write that rewrites at most two chunks in place get a chunk copy too
-        // (across the end: the first, and the second from an aligned end or the end's tail copy).
+        // Whole chunks rewritten in place get a chunk copy too (across the end: the first, and the
+        // second from an aligned end or the end's tail copy).
         CrashShape("overwrite-whole-chunk", 20000, .write, 4096, 4096),
         CrashShape("overwrite-two-whole-chunks", 20000, .write, 8192, 8192),
         CrashShape("overwrite-whole-chunk-across-end", 5000, .write, 0, 6000),
         CrashShape("overwrite-two-whole-chunks-across-aligned-end", 8192, .write, 0, 10000),
         CrashShape("double-write-two-whole-chunks", 20000, .doubleWrite, 8192, 8192),
+        // Any number of them (stop 41): each chunk rewritten in place goes right after its own copy;
+        // across the end, the chunks before the old end's last two first, in a batch of their own;
+        // a batch sealed by several threads is sealed whole first, then written so.
+        CrashShape("overwrite-four-whole-chunks", 40000, .write, 8192, 16384),
+        CrashShape("overwrite-five-chunks-across-end", 20000, .write, 100, 24000),
+        CrashShape("overwrite-parallel-sealed-in-place", 200_000, .write, 5000, 140_000),
         // Without copies (the handle said so): a kill's tear may leave the chunk unreadable.
         CrashShape("overwrite-whole-chunk-in-place", 20000, .wholeInPlace, 4096, 4096),
         CrashShape("double-write-across-end", 5000, .doubleWrite, 3000, 4000),

@@ -84,9 +84,9 @@ final class ChunkCopyTests: XCTestCase {
     }
 
     /// Which writes copy a chunk first: a chunk rewritten in part (each of the two an overwrite
-    /// keeps old bytes of); a chunk rewritten whole by a write of at most two chunks in place,
-    /// unless every handle said `.inPlace`; never a whole chunk of a larger write; never a version
-    /// 3 file (no slots).
+    /// keeps old bytes of); a chunk rewritten whole, however many the write rewrites, unless every
+    /// handle said `.inPlace`; never a version 3 file (no slots). Each copied chunk is written in a
+    /// `pwrite` of its own, right after its copy.
     func testAnOverwriteCopiesEachChunkATearWouldCostFirst() throws {
         let env = try TestEnvironment()
         let path = env.path("shapes")
@@ -111,12 +111,14 @@ final class ChunkCopyTests: XCTestCase {
             XCTAssertEqual(w[0].offset, w[2].offset, "the second copy goes over the first (not over the sync's slot)")
         }
 
-        w = try pwrites { _ = try f.pwrite(plaintext(9000, 2), at: 3000) }
-        XCTAssertEqual(w.count, 4, "\(w)")
-        if w.count == 4 {
-            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 0, 1) && slots.contains(w[2].offset) && isChunk(w[3], 1, 2),
-                          "the first chunk alone, then the whole chunk with the last: \(w)")
+        /// Each chunk after its own copy, in order, the copies in one slot (not the sync's).
+        func eachChunkAfterItsCopy(_ w: [(offset: Int64, count: Int)], first: Int64, chunks: Int) -> Bool {
+            w.count == 2 * chunks && (0..<chunks).allSatisfy { j in
+                w[2 * j].offset == w[0].offset && slots.contains(w[2 * j].offset) && w[2 * j + 1].offset == layout.chunkOffset(first + Int64(j))
+            }
         }
+        w = try pwrites { _ = try f.pwrite(plaintext(9000, 2), at: 3000) }
+        XCTAssertTrue(eachChunkAfterItsCopy(w, first: 0, chunks: 3), "two chunks in part and a whole one between: each copied: \(w)")
 
         w = try pwrites { _ = try f.pwrite(plaintext(8192, 3), at: 2 * 4096) }
         XCTAssertEqual(w.count, 4, "\(w)")
@@ -128,7 +130,7 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertEqual(w.count, 2, "\(w)")
         XCTAssertTrue(w.count == 2 && slots.contains(w[0].offset) && isChunk(w[1], 6, 1), "a whole chunk (a page): its copy first: \(w)")
         w = try pwrites { _ = try f.pwrite(plaintext(3 * 4096, 5), at: 4096) }
-        XCTAssertEqual(w.count, 1, "three whole chunks: no copy (one would cost a pwrite per chunk): \(w)")
+        XCTAssertTrue(eachChunkAfterItsCopy(w, first: 1, chunks: 3), "three whole chunks: each copied: \(w)")
 
         // A handle that rewrites whole chunks in place: no copy, once no handle of the process wants them.
         let inPlace = try SecureFile.open(path, flags: O_RDWR, services: env.services, wholeChunkOverwrites: .inPlace)
@@ -146,10 +148,16 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertEqual(w.count, 1, "every handle said .inPlace: \(w)")
         w = try pwrites { _ = try alone.pwrite([1], at: 6 * 4096 + 5) }
         XCTAssertEqual(w.count, 2, "a chunk rewritten in part is copied all the same: \(w)")
+        w = try pwrites { _ = try alone.pwrite(plaintext(9000, 8), at: 3000) }
+        XCTAssertEqual(w.count, 4, "\(w)")
+        if w.count == 4 {
+            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 0, 2) && slots.contains(w[2].offset) && isChunk(w[3], 2, 1),
+                          ".inPlace: the partial ends copied, the whole chunk written with the first: \(w)")
+        }
         var all = plaintext(40_900)
         for (at, bytes) in [(3 * 4096 + 100, [1, 2, 3] as [UInt8]), (5 * 4096 - 50, plaintext(100, 1)), (3000, plaintext(9000, 2)),
                             (2 * 4096, plaintext(8192, 3)), (4096, plaintext(3 * 4096, 5)), (40_890, [9]),
-                            (6 * 4096, plaintext(4096, 7)), (6 * 4096 + 5, [1])] {
+                            (6 * 4096, plaintext(4096, 7)), (6 * 4096 + 5, [1]), (3000, plaintext(9000, 8))] {
             all.replaceSubrange(at..<at + bytes.count, with: bytes)
         }
         XCTAssertEqual(try alone.readAll(), all)
@@ -163,20 +171,14 @@ final class ChunkCopyTests: XCTestCase {
         XCTAssertEqual(w.count, 1, "a version 3 file has no slots: \(w)")
         try g.close()
 
-        // A write large enough to be sealed by several threads: its partial first and last chunks
-        // go in batches of their own, each copied first.
+        // A write large enough to be sealed by several threads: every chunk it rewrites in place
+        // is copied first, its partial first and last chunks too (sealed first, then written).
         let large = env.path("large")
         let big = try SecureFile.open(large, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
         _ = try big.pwrite(plaintext(1 << 20), at: 0)
         w = try pwrites { _ = try big.pwrite(plaintext(300_000, 4), at: 1000) }
-        XCTAssertGreaterThanOrEqual(w.count, 5, "\(w)")
-        if w.count >= 5 {
-            XCTAssertTrue(slots.contains(w[0].offset) && isChunk(w[1], 0, 1), "the first chunk, alone, after its copy: \(w)")
-            let lastChunk = Int64((1000 + 300_000) / 4096)
-            XCTAssertTrue(slots.contains(w[w.count - 2].offset) && isChunk(w[w.count - 1], lastChunk, 1),
-                          "the last chunk, alone, after its copy: \(w)")
-            XCTAssertFalse(w[2..<w.count - 2].contains { slots.contains($0.offset) }, "no copy of a whole chunk: \(w)")
-        }
+        let lastChunk = Int64((1000 + 300_000) / 4096)
+        XCTAssertTrue(eachChunkAfterItsCopy(w, first: 0, chunks: Int(lastChunk) + 1), "every chunk after its copy: \(w.count) writes")
         var expected = plaintext(1 << 20)
         expected.replaceSubrange(1000..<301_000, with: plaintext(300_000, 4))
         XCTAssertEqual(try big.readAll(), expected)

@@ -110,6 +110,29 @@ final class WriteBackRunTests: XCTestCase {
         try g.close()
     }
 
+    /// A run the lock writes in more than one batch is written whole: since stop 41 an overwrite
+    /// of three or more chunks in place that reaches the old end's last two chunks is two batches
+    /// (every chunk copied before it is rewritten), and the lock's flush stopped after the first
+    /// (regression: the differential test's seed 6000008 then read ACE_NO_KEYS_ERROR).
+    func testServicesLockWritesARunOfSeveralBatchesWhole() throws {
+        let env = try TestEnvironment()
+        let path = env.path("lock-batches")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services, buffering: .writeBack)
+        try appendRecords(f, 0..<200, size: 100)
+        try f.flush()
+        var all = expected(200, size: 100)
+        let overwrite = record(999, size: 16_000)
+        XCTAssertEqual(try f.pwrite(overwrite, at: 3000), overwrite.count)
+        all.replaceSubrange(3000..<19_000, with: overwrite)
+        env.services.lock()
+        try env.services.unlock(passcode: nil)
+        XCTAssertTrue(try f.pread(count: 20_000, at: 0) == all, "the lock wrote the whole run, and reported nothing")
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertTrue(try g.readAll() == all)
+        try g.close()
+    }
+
     /// A multi-chunk run that cannot be written when services lock is reported by the next call of
     /// every handle and by close; the file is then what the disk holds.
     func testFailedFlushOfARunAtLockIsReportedByTheNextCallAndClose() throws {

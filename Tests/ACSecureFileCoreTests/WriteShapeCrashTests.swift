@@ -171,16 +171,10 @@ final class WriteShapeCrashTests: XCTestCase {
         return problems
     }
 
-    /// Whether a chunk the shape's write rewrites whole may be left torn by a kill: a write that
-    /// rewrites at most two chunks in place copies each first (docs/FORMAT.md "A chunk copy"),
-    /// unless its handle rewrites whole chunks in place (`.inPlace`); a larger one copies only the
-    /// chunks it rewrites in part.
-    func wholeChunksUncovered(_ s: Shape) -> Bool {
-        if s.kind == "whole-in-place" { return true }
-        let inPlaceEnd = min(s.offset + s.count, s.before)
-        guard s.offset < inPlaceEnd else { return false }
-        return (inPlaceEnd - 1) / Self.chunk - s.offset / Self.chunk + 1 > 2
-    }
+    /// Whether a chunk the shape's write rewrites whole may be left torn by a kill: only when its
+    /// handle rewrites whole chunks in place (`.inPlace`); otherwise every chunk a write rewrites in
+    /// place is copied first, however many (docs/FORMAT.md "Whole chunks").
+    func wholeChunksUncovered(_ s: Shape) -> Bool { s.kind == "whole-in-place" }
 
     /// Runs the shape uninterrupted (it leaves with _exit(0), without close); returns how many
     /// system calls the operation made, or nil (with a failure recorded).

@@ -167,15 +167,17 @@ enum {
      *  ACSECURE_DOUBLE_WRITE=1 in the environment turns it on for ACSecureFileOpen. The file's state
      *  is shared by the process's descriptors of it: once one asked for it, all of them double-write. */
     ACSECURE_OPEN_DOUBLE_WRITE = 1u << 3,
-    /** Whole chunks rewritten in place, with no copy. By default a write that rewrites at most two
-     *  chunks in place (4096 plaintext bytes each, aligned: a database's 4 or 8 KiB page) first
-     *  copies each chunk it rewrites whole, as it copies a chunk it rewrites in part: every chunk
-     *  spans two pages on disk, and a kill that stops the write between them would leave the chunk
-     *  half new, half old, unreadable. With this option such a write costs one pwrite less, and a
+    /** Whole chunks rewritten in place, with no copy. By default a write first copies each chunk it
+     *  rewrites whole in place (4096 plaintext bytes each, aligned: a database's 4 or 8 KiB page is
+     *  one or two), as it copies a chunk it rewrites in part: every chunk spans two pages on disk,
+     *  and a kill that stops the write between them would leave the chunk half new, half old,
+     *  unreadable. Each such chunk then costs a pwrite of its copy and one of its own (a 64 KiB
+     *  overwrite in place about 1.8 times the time of one written whole, 1 MiB 2.7 times:
+     *  docs/BENCHMARKS.md). With this option the whole chunks go in one pwrite with no copy, and a
      *  kill that cuts it may leave a chunk it rewrote whole failing with EIO until it is written
      *  whole again: for callers that rewrite torn pages from a journal of their own (the acsecure
-     *  SQLite VFS opens its database, journals and WAL so). Writes of three chunks or more copy only
-     *  the chunks they rewrite in part, with or without it (docs/FORMAT.md "A chunk copy"). The
+     *  SQLite VFS opens its database, journals and WAL so). Chunks a write rewrites in part are
+     *  copied with or without it (docs/FORMAT.md "A chunk copy"). The
      *  file's state is shared by the process's descriptors of it: chunks are rewritten in place
      *  without a copy only when all of them asked for it. */
     ACSECURE_OPEN_WHOLE_CHUNKS_IN_PLACE = 1u << 4,
