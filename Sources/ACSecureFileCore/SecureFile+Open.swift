@@ -267,7 +267,7 @@ extension SecureFile {
     public enum WholeChunkOverwrites: Sendable, Equatable {
         /// A write puts each chunk it rewrites whole in place in a chunk copy first, then writes it
         /// (two `pwrite`s per chunk): a kill that cuts the write leaves every chunk as it was or as
-        /// the write made it. A large overwrite in place pays for it (1 MiB: 2.7 times the time of
+        /// the write made it. A large overwrite in place pays for it (1 MiB: 2.3 times the time of
         /// `.inPlace`, docs/BENCHMARKS.md "Every chunk rewritten in place copied first").
         case chunkCopy
         /// No copy: a kill that cuts the write may leave a chunk it rewrote whole unreadable (EIO)

@@ -229,18 +229,24 @@ extension SharedFile {
             let split = touchesEnd && start < oldEnd && start + Int64(bytes) > oldEnd ? Int(oldEnd - start) : 0
             if k * chunkSize >= Self.parallelSealBytes, let pool = SealingPool.shared {
                 // Chunks rewritten in place are copied one by one before they are written: such a
-                // batch is sealed by several threads first, then written as the sequential path does.
+                // batch is written as the sequential path writes it, chunk by chunk as they are
+                // sealed when it stays inside the file, once all are sealed when it moves the end.
                 let copiesFirst = layout.hasTailCopies && copiesWholeChunks && i < diskChunks
+                let order: ParallelWriteOrder = !copiesFirst ? .asSealed : touchesEnd ? .whenAllSealed : .chunksAsSealed
                 let batchFirst = i
                 try sealAndWriteInParallel(pool: pool, buffer: buf, bytes: bytes, split: split, first: i, chunks: k,
                                            lastLength: lastLength, newDiskSize: touchesEnd ? newDiskSize : nil,
-                                           cipher: cipher, source: source,
-                                           writesAsSealed: !copiesFirst) { () throws(SecureFileError) in
+                                           cipher: cipher, source: source, order: order) { (chunks: Range<Int>) throws(SecureFileError) in
                     if touchesEnd {
                         try self.writeMovingTheEnd(buf, bytes: bytes, split: split, first: batchFirst, chunks: k,
                                                    newDiskSize: newDiskSize, keepsOldBytes: keepsOldBytes)
                     } else {
-                        try self.writeInPlace(buf, bytes: bytes, first: batchFirst, chunks: k, keepsOldBytes: keepsOldBytes)
+                        // Each call holds whole groups: every chunk of such a batch is copied (a
+                        // full chunk spans two pages), so the calls are the same whatever the timing.
+                        let from = chunks.lowerBound * physical
+                        let to = chunks.upperBound == k ? bytes : chunks.upperBound * physical
+                        try self.writeInPlace(buf + from, bytes: to - from, first: batchFirst + Int64(chunks.lowerBound),
+                                              chunks: chunks.count, keepsOldBytes: keepsOldBytes)
                     }
                 }
             } else {
@@ -325,6 +331,16 @@ extension SharedFile {
     }
     private static let pageBytes = Int64(max(4096, sysconf(Int32(_SC_PAGESIZE))))
 
+    /// How a batch sealed by several threads is written (`sealAndWriteInParallel`).
+    enum ParallelWriteOrder {
+        /// In `pwrite`s ending at 64 KiB boundaries, as the pieces are sealed: no chunk copied.
+        case asSealed
+        /// Chunk by chunk in order, each after its copy, as they are sealed (a batch inside the file).
+        case chunksAsSealed
+        /// Once every chunk is sealed, as the sequential path writes the batch (one that moves the end).
+        case whenAllSealed
+    }
+
     /// Batches of at least this many plaintext bytes are sealed by the sealing pool's threads too.
     static let parallelSealBytes = 1 << 17
     /// What one thread claims at a time: small enough that the writer soon has a piece to write
@@ -339,10 +355,13 @@ extension SharedFile {
     /// disk holds what an interrupted single write could leave: a prefix of the same bytes.
     /// `newDiskSize`: the batch ends with a trailer for it (sealed here first, under the chunks'
     /// selector).
+    /// `order`: `.asSealed` as above; otherwise `writeChunks` writes the batch's chunks (indices in
+    /// the batch), `.chunksAsSealed` each run of them as soon as it and all before it are sealed,
+    /// `.whenAllSealed` all of them once every one is.
     private func sealAndWriteInParallel(pool: SealingPool, buffer: UnsafeMutableRawPointer, bytes: Int, split: Int,
                                         first: Int64, chunks k: Int, lastLength: Int, newDiskSize: Int64?,
-                                        cipher: ChunkKeys, source: (Int64) -> UnsafeRawPointer,
-                                        writesAsSealed: Bool, thenWrite: () throws(SecureFileError) -> Void) throws(SecureFileError) {
+                                        cipher: ChunkKeys, source: (Int64) -> UnsafeRawPointer, order: ParallelWriteOrder,
+                                        writeChunks: (Range<Int>) throws(SecureFileError) -> Void) throws(SecureFileError) {
         let physical = layout.physicalChunkSize
         let contexts: [AESGCMContext]
         let selector: UInt32
@@ -393,17 +412,46 @@ extension SharedFile {
                 written = end
             }
         }
-        // Unless `writesAsSealed`, nothing is written until every chunk is sealed; then `thenWrite` writes the batch.
+        if order != .asSealed {
+            // Before any copy is written: a copy's path may use the scratch memory a source is in.
+            for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
+        }
+        var chunksWritten = 0
+        /// Hands `writeChunks` the chunks sealed after those it has, as far as every piece before
+        /// them is sealed too.
+        func writeSealedChunks(_ sealed: UInt64) {
+            let sealedChunks = min(k, (~sealed).trailingZeroBitCount * job.batch.piece)
+            guard sealedChunks > chunksWritten else { return }
+            do { try writeChunks(chunksWritten..<sealedChunks) } catch {
+                failure = error
+                return
+            }
+            chunksWritten = sealedChunks
+        }
+        func writeWhatIsSealed(_ sealed: UInt64) {
+            switch order {
+            case .asSealed: writeSealed(sealed)
+            case .chunksAsSealed: writeSealedChunks(sealed)
+            case .whenAllSealed: break
+            }
+        }
+        var allWritten: Bool {
+            switch order {
+            case .asSealed: written >= bytes
+            case .chunksAsSealed: chunksWritten == k
+            case .whenAllSealed: job.sealed == all
+            }
+        }
         while failure == nil, let p = job.claim() {
             job.sealAsWriter(piece: p)
             let sealed = job.sealed
             if job.sealFailed { break }
-            if writesAsSealed { writeSealed(sealed) }
+            writeWhatIsSealed(sealed)
         }
-        while failure == nil && !job.sealFailed && (writesAsSealed ? written < bytes : job.sealed != all) {
+        while failure == nil && !job.sealFailed && !allWritten {
             let sealed = job.sealed
             if job.sealFailed { break }
-            if writesAsSealed { writeSealed(sealed) }
+            writeWhatIsSealed(sealed)
             if sealed != all { sched_yield() }  // a helper is sealing the rest
         }
         job.finish()
@@ -411,9 +459,9 @@ extension SharedFile {
         if failure == nil && job.sealFailed {
             // Pieces sealed before may be on disk: as after a failed write.
             failure = .crypto(.openSSL("EVP_EncryptUpdate"), "\(path): encryption of chunks \(first)..<\(first + Int64(k)) failed")
-        } else if failure == nil && !writesAsSealed {
-            do { try thenWrite() } catch { failure = error }
-        } else if failure == nil && split > 0, case .failure(let e) = Sys.pwriteFull(ioFD, buffer, split, start) {
+        } else if failure == nil && order == .whenAllSealed {
+            do { try writeChunks(0..<k) } catch { failure = error }
+        } else if failure == nil && order == .asSealed && split > 0, case .failure(let e) = Sys.pwriteFull(ioFD, buffer, split, start) {
             failure = .posix(e.rawValue, "\(path): write")
         }
         if let failure {
@@ -421,6 +469,8 @@ extension SharedFile {
             resynchronizeAfterFailedWrite()
             throw failure
         }
-        for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
+        if order == .asSealed {
+            for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
+        }
     }
 }

@@ -399,7 +399,7 @@ struct CrashShape {
         CrashShape("double-write-two-whole-chunks", 20000, .doubleWrite, 8192, 8192),
         // Any number of them (stop 41): each chunk rewritten in place goes right after its own copy;
         // across the end, the chunks before the old end's last two first, in a batch of their own;
-        // a batch sealed by several threads is sealed whole first, then written so.
+        // a batch sealed by several threads is written so, chunk by chunk as they are sealed.
         CrashShape("overwrite-four-whole-chunks", 40000, .write, 8192, 16384),
         CrashShape("overwrite-five-chunks-across-end", 20000, .write, 100, 24000),
         CrashShape("overwrite-parallel-sealed-in-place", 200_000, .write, 5000, 140_000),

@@ -172,7 +172,7 @@ enum {
      *  one or two), as it copies a chunk it rewrites in part: every chunk spans two pages on disk,
      *  and a kill that stops the write between them would leave the chunk half new, half old,
      *  unreadable. Each such chunk then costs a pwrite of its copy and one of its own (a 64 KiB
-     *  overwrite in place about 1.8 times the time of one written whole, 1 MiB 2.7 times:
+     *  overwrite in place about 1.8 times the time of one written whole, 1 MiB 2.3 times:
      *  docs/BENCHMARKS.md). With this option the whole chunks go in one pwrite with no copy, and a
      *  kill that cuts it may leave a chunk it rewrote whole failing with EIO until it is written
      *  whole again: for callers that rewrite torn pages from a journal of their own (the acsecure
