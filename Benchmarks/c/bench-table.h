@@ -1,16 +1,11 @@
-/* What the per-cycle benchmarks (cut-cost.c, sync-cost.c) share: a clock, a fatal error, and the
- * table of medians they print (plain against the engine, one line per workload). */
+/* What the per-cycle benchmarks (cut-cost.c, sync-cost.c) share: a clock, a fatal error
+ * (bench-util.h), and the table of medians they print (plain against the engine, one line per
+ * workload). */
 #ifndef ACSECURE_BENCH_TABLE_H
 #define ACSECURE_BENCH_TABLE_H
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+#include "bench-util.h"
 
 enum { PLAIN, ENGINE, CONTENDERS, MAX_ROUNDS = 64 };
-
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void fail(const char *what) { perror(what); exit(1); }
-static int byValue(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 /* Prints, per workload, the median over `rounds` of plain's and the engine's µs per cycle and their
  * ratio; t[w][c][r] is workload w, contender c, round r (sorted in place). */

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
+#include "bench-util.h"
 
 enum { PLAIN, DEFAULT, IN_PLACE, CONTENDERS, SIZES = 3, MAX_ROUNDS = 64 };
 static const char *contenderNames[CONTENDERS] = { "plain", "default", "in-place" };
@@ -22,9 +22,6 @@ static const size_t sizes[SIZES] = { 16 << 10, 64 << 10, 1 << 20 };
 static const off_t fileSize = 64 << 20;
 static char buffer[1 << 20];
 static const char *dir;
-
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void fail(const char *what) { perror(what); exit(1); }
 
 static int openAs(int c, int flags) {
     char path[4096];
@@ -54,11 +51,6 @@ static double overwrites(int c, size_t size) {
     double t = now() - t0;
     closeAs(c, fd);
     return t / calls * 1e6;
-}
-
-static int byValue(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <ACSecureFile/ACSecureFile.h>
+#include "bench-util.h"
 
 enum { PLAIN, ENGINE, COORDINATED, CONTENDERS, WORKLOADS = 7, MAX_ROUNDS = 64, FILE_CHUNKS = 4096 };
 static const char *contenderNames[CONTENDERS] = { "plain", "engine", "engine-mp" };
@@ -23,8 +23,6 @@ static const char *workloadNames[WORKLOADS] = { "append 100 B", "append 512 B", 
                                                 "pwrite 100 B", "pwrite 4K+2K" };
 static char buffer[65536];
 static const char *dir;
-
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 
 static int openAs(int c, const char *name, int flags) {
     char path[4096];
@@ -36,8 +34,6 @@ static int openAs(int c, const char *name, int flags) {
 static void closeAs(int c, int fd) {
     if ((c == PLAIN ? close(fd) : ACSecureFileClose(fd)) != 0) { perror("close"); exit(1); }
 }
-
-static void fail(const char *what) { perror(what); exit(1); }
 
 /* µs per O_APPEND write of `size` bytes to a new file (close not timed). */
 static double appends(int c, size_t size, long calls) {
@@ -86,11 +82,6 @@ static double randomIO(int c, int writing, size_t size, long into, long calls) {
     double t = now() - t0;
     closeAs(c, fd);
     return t / calls * 1e6;
-}
-
-static int byValue(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
