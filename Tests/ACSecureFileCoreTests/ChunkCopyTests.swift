@@ -172,7 +172,7 @@ final class ChunkCopyTests: XCTestCase {
         try g.close()
 
         // A write large enough to be sealed by several threads: every chunk it rewrites in place
-        // is copied first, its partial first and last chunks too (sealed first, then written).
+        // is copied first: its partial ends in batches of their own, the whole chunks as they are sealed.
         let large = env.path("large")
         let big = try SecureFile.open(large, flags: O_RDWR | O_CREAT, mode: 0o600, services: env.services)
         _ = try big.pwrite(plaintext(1 << 20), at: 0)
