@@ -51,10 +51,6 @@ extension SharedFile {
         }
         var from = 0
         var copied = (0..<k).first(where: needsCopy)
-        guard copied != nil else {
-            try checkIO(Sys.pwriteFull(ioFD, buf, bytes, start), "write")
-            return
-        }
         while let j = copied {
             let next = (j + 1..<k).first(where: needsCopy)
             try writeChunkCopy(buf + j * physical, index: first + Int64(j), sealedBytes: sealedBytes(j), keepsOldBytes: keepsOld(j))
@@ -66,6 +62,7 @@ extension SharedFile {
             from = to
             copied = next
         }
+        if from < bytes { try checkIO(Sys.pwriteFull(ioFD, buf + from, bytes - from, start + Int64(from)), "write") }  // nothing copied
     }
 
     /// Writes the sealed chunks of a batch that moves the end (`bytes` bytes at `buf`: `k` chunks

@@ -227,28 +227,31 @@ extension SharedFile {
             // Beyond the old end first (it ends with the new trailer), then the rest: the old
             // trailer and last chunk stay intact until the new ones are complete.
             let split = touchesEnd && start < oldEnd && start + Int64(bytes) > oldEnd ? Int(oldEnd - start) : 0
+            let batchFirst = i
+            /// Writes the sealed chunks `chunks` of the batch (indices in it; all of them when it
+            /// moves the end) as a version 4 file does: each chunk a kill could tear after its copy.
+            func writeCopyingFirst(_ chunks: Range<Int>) throws(SecureFileError) {
+                if touchesEnd {
+                    try writeMovingTheEnd(buf, bytes: bytes, split: split, first: batchFirst, chunks: k, newDiskSize: newDiskSize,
+                                          keepsOldBytes: keepsOldBytes)
+                } else {
+                    let from = chunks.lowerBound * physical
+                    let to = chunks.upperBound == k ? bytes : chunks.upperBound * physical
+                    try writeInPlace(buf + from, bytes: to - from, first: batchFirst + Int64(chunks.lowerBound),
+                                     chunks: chunks.count, keepsOldBytes: keepsOldBytes)
+                }
+            }
             if k * chunkSize >= Self.parallelSealBytes, let pool = SealingPool.shared {
                 // Chunks rewritten in place are copied one by one before they are written: such a
                 // batch is written as the sequential path writes it, chunk by chunk as they are
-                // sealed when it stays inside the file, once all are sealed when it moves the end.
+                // sealed when it stays inside the file (every chunk of it is copied: a full chunk
+                // spans two pages, so the calls are the same whatever the timing), once all are
+                // sealed when it moves the end.
                 let copiesFirst = layout.hasTailCopies && copiesWholeChunks && i < diskChunks
                 let order: ParallelWriteOrder = !copiesFirst ? .asSealed : touchesEnd ? .whenAllSealed : .chunksAsSealed
-                let batchFirst = i
                 try sealAndWriteInParallel(pool: pool, buffer: buf, bytes: bytes, split: split, first: i, chunks: k,
                                            lastLength: lastLength, newDiskSize: touchesEnd ? newDiskSize : nil,
-                                           cipher: cipher, source: source, order: order) { (chunks: Range<Int>) throws(SecureFileError) in
-                    if touchesEnd {
-                        try self.writeMovingTheEnd(buf, bytes: bytes, split: split, first: batchFirst, chunks: k,
-                                                   newDiskSize: newDiskSize, keepsOldBytes: keepsOldBytes)
-                    } else {
-                        // Each call holds whole groups: every chunk of such a batch is copied (a
-                        // full chunk spans two pages), so the calls are the same whatever the timing.
-                        let from = chunks.lowerBound * physical
-                        let to = chunks.upperBound == k ? bytes : chunks.upperBound * physical
-                        try self.writeInPlace(buf + from, bytes: to - from, first: batchFirst + Int64(chunks.lowerBound),
-                                              chunks: chunks.count, keepsOldBytes: keepsOldBytes)
-                    }
-                }
+                                           cipher: cipher, source: source, order: order, writeChunks: writeCopyingFirst)
             } else {
                 // The read cache gets each chunk as it is sealed; if the batch does not reach the
                 // disk (a failed seal here, a failed write below), its chunks are dropped again.
@@ -275,11 +278,8 @@ extension SharedFile {
                     if !layout.hasTailCopies {
                         if split > 0 { try checkIO(Sys.pwriteFull(ioFD, buf + split, bytes - split, oldEnd), "write") }
                         try checkIO(Sys.pwriteFull(ioFD, buf, split > 0 ? split : bytes, start), "write")
-                    } else if !touchesEnd {
-                        try writeInPlace(buf, bytes: bytes, first: i, chunks: k, keepsOldBytes: keepsOldBytes)
                     } else {
-                        try writeMovingTheEnd(buf, bytes: bytes, split: split, first: i, chunks: k, newDiskSize: newDiskSize,
-                                              keepsOldBytes: keepsOldBytes)
+                        try writeCopyingFirst(0..<k)
                     }
                 } catch {
                     readCacheDrop(from: i)
@@ -412,10 +412,9 @@ extension SharedFile {
                 written = end
             }
         }
-        if order != .asSealed {
-            // Before any copy is written: a copy's path may use the scratch memory a source is in.
-            for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
-        }
+        // The read cache gets the batch before any of it is written, as on the sequential path (a
+        // copy's path may use the scratch memory a source is in); a failed batch drops it again.
+        for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
         var chunksWritten = 0
         /// Hands `writeChunks` the chunks sealed after those it has, as far as every piece before
         /// them is sealed too.
@@ -468,9 +467,6 @@ extension SharedFile {
             readCacheDrop(from: first)
             resynchronizeAfterFailedWrite()
             throw failure
-        }
-        if order == .asSealed {
-            for j in 0..<k { readCacheStore(first + Int64(j), from: job.sources[j], length: j == k - 1 ? lastLength : chunkSize) }
         }
     }
 }
