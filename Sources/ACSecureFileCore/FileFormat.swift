@@ -27,19 +27,30 @@ public struct FileLayout: Sendable, Equatable {
     /// header rewrite: the chunks are the same) at their first change that needs a pending-end
     /// record; version 1 and 3 files keep their version when modified (version 4 moves the chunks).
     public static let currentVersion: UInt16 = 4
-    public static let supportedVersions: ClosedRange<UInt16> = 1...4
+    public static let supportedVersions: ClosedRange<UInt16> = 1...5
+    /// Version 5: version 4 with tail records (appends sealed alone after the last chunk, a trailer
+    /// footer that says how the end is laid out: `TailShape`). Not yet the default: new files get
+    /// it only when `ACSECURE_FORMAT_VERSION=5` is set (docs/FORMAT.md "Version 5").
+    public static let tailRecordsVersion: UInt16 = 5
+    /// The version new files get (`currentVersion`, or version 5 when the environment asks for it).
+    public static let newFileVersion: UInt16 = {
+        guard let v = getenv("ACSECURE_FORMAT_VERSION"), String(cString: v) == "5" else { return currentVersion }
+        return tailRecordsVersion
+    }()
     /// The largest chunk shift a version 4 file has.
     public static let largestTailCopyChunkShift: UInt8 = 16
 
     /// The layout of a new file (or a new generation) with chunks of 2^`chunkShift` bytes.
     public static func forNewFile(chunkShift: UInt8 = defaultChunkShift) -> FileLayout {
-        FileLayout(chunkShift: chunkShift, version: chunkShift <= largestTailCopyChunkShift ? currentVersion : 3)
+        FileLayout(chunkShift: chunkShift, version: chunkShift <= largestTailCopyChunkShift ? newFileVersion : 3)
     }
 
     /// Whether the header can hold a pending-end record (bytes 108..<128).
     public var hasPendingEndRecord: Bool { version >= 3 }
     /// Whether two tail-copy slots follow the header (version 4; docs/FORMAT.md "Tail copies").
     public var hasTailCopies: Bool { version >= 4 }
+    /// Whether appends may leave records after the last chunk, and trailers end in a footer (version 5).
+    public var hasTailRecords: Bool { version >= 5 }
 
     /// Bytes of one tail-copy slot: its descriptor, a copy of a last chunk and of a trailer.
     public var tailCopySlotSize: Int { hasTailCopies ? TailCopyDescriptor.size + physicalChunkSize + trailerSize : 0 }
@@ -52,17 +63,18 @@ public struct FileLayout: Sendable, Equatable {
     /// Bytes of the key selector before each chunk's and the trailer's nonce: 4 from version 2, else 0.
     public var selectorSize: Int { version >= 2 ? 4 : 0 }
     public var chunkOverhead: Int { selectorSize + Self.nonceSize + Self.tagSize }
-    public var trailerSize: Int { selectorSize + Self.nonceSize + Self.tagSize }
+    public var trailerSize: Int { selectorSize + Self.nonceSize + Self.tagSize + (hasTailRecords ? TailShape.footerSize : 0) }
     public let chunkShift: UInt8
     public var chunkSize: Int { 1 << Int(chunkShift) }
     public var physicalChunkSize: Int { chunkSize + chunkOverhead }
 
-    public init(chunkShift: UInt8 = defaultChunkShift, version: UInt16 = currentVersion) {
+    public init(chunkShift: UInt8 = defaultChunkShift, version: UInt16 = newFileVersion) {
         precondition(Self.chunkShiftRange.contains(chunkShift) && Self.supportedVersions.contains(version))
         precondition(version < 4 || chunkShift <= Self.largestTailCopyChunkShift)
         self.chunkShift = chunkShift
         self.version = version
-        let slot = version >= 4 ? TailCopyDescriptor.size + (1 << Int(chunkShift)) + 2 * (4 + Self.nonceSize + Self.tagSize) : 0
+        let footer = version >= 5 ? TailShape.footerSize : 0
+        let slot = version >= 4 ? TailCopyDescriptor.size + (1 << Int(chunkShift)) + 2 * (4 + Self.nonceSize + Self.tagSize) + footer : 0
         self.dataOffset = Int64(Self.headerSize + 2 * slot)
     }
 
@@ -99,6 +111,33 @@ public struct FileLayout: Sendable, Equatable {
         // full·2^s ≤ body: no overflow. No writer goes past the limit, so a longer file is not valid.
         let size = full << Int64(chunkShift) + (rem == 0 ? 0 : rem - Int64(chunkOverhead))
         return size <= SecureFile.maximumFileSize ? size : nil
+    }
+
+    /// Physical file length for `size` plaintext bytes whose end is laid out as `shape` says.
+    public func physicalSize(forPlaintextSize size: Int64, shape: TailShape) -> Int64 {
+        guard shape.records > 0 else { return physicalSize(forPlaintextSize: size) }
+        let base = Int(size & Int64(chunkSize - 1)) - shape.recordBytes
+        return physicalSize(forPlaintextSize: size) + Int64(shape.records * TailShape.recordOverhead - (base == 0 ? chunkOverhead : 0))
+    }
+
+    /// Plaintext size and end shape of a version 5 file of `physical` bytes whose trailer ends in
+    /// `footer` (its last `TailShape.footerSize` bytes), or nil when they do not fit together (a torn
+    /// write or tampering). Bounded arithmetic only: every field is untrusted.
+    public func plaintextSize(forPhysicalSize physical: Int64, footer: UnsafeRawPointer) -> (size: Int64, shape: TailShape)? {
+        guard hasTailRecords, let f = TailShape.Footer(footer) else { return nil }
+        if f.records == 0 {
+            guard f.recordBytes == 0, let size = plaintextSize(forPhysicalSize: physical),
+                  Int(size & Int64(chunkSize - 1)) == f.baseBytes else { return nil }
+            return (size, .none)
+        }
+        let remainder = f.baseBytes + f.recordBytes
+        guard f.recordBytes >= f.records, remainder < chunkSize else { return nil }
+        let region = Int64((f.baseBytes > 0 ? f.baseBytes + chunkOverhead : 0) + f.recordBytes + f.records * TailShape.recordOverhead)
+        let body = physical - Int64(trailerSize) - region - dataOffset
+        guard body >= 0, body % Int64(physicalChunkSize) == 0 else { return nil }
+        let size = (body / Int64(physicalChunkSize)) << Int64(chunkShift) + Int64(remainder)
+        guard size <= SecureFile.maximumFileSize else { return nil }
+        return (size, TailShape(records: f.records, recordBytes: f.recordBytes))
     }
 
     /// AAD of chunk `index`: it binds the chunk to its file and its position.
@@ -504,5 +543,70 @@ public struct TailCopyDescriptor: Sendable, Equatable {
         if let trailerTag { (out + 58).copyMemory(from: trailerTag, byteCount: FileLayout.tagSize) } else {
             (out + 58).initializeMemory(as: UInt8.self, repeating: 0, count: FileLayout.tagSize)
         }
+    }
+}
+
+/// How the end of a version 5 file is laid out after its last full chunk (docs/FORMAT.md "Version 5"):
+///
+///     base chunk (the first `size mod 2^s − recordBytes` bytes of the last chunk, sealed as a chunk;
+///                 absent when that is 0) ‖ record 1 ‖ … ‖ record n ‖ trailer (with the footer)
+///     record  = s (4) ‖ nonce (12) ‖ u16 length ‖ AES-256-GCM(K_s, nonce, bytes, AAD) ‖ tag (16)
+///     AAD     = "ACSF rec" ‖ file ID ‖ u64 chunk index ‖ u32 offset in the chunk ‖ u32 length
+///     footer  = u16 n ‖ u16 base bytes ‖ u16 record bytes ‖ u16 zero   (after the trailer's tag,
+///               and in its AAD)
+///
+/// A record holds the bytes of one append inside the last chunk, sealed alone, so an append never
+/// rewrites sealed bytes. Every other change first seals the last chunk whole again (n = 0: the
+/// version 4 layout, `SharedFile.compactTail`).
+public struct TailShape: Sendable, Equatable {
+    /// Records after the base chunk (0: the version 4 layout).
+    public var records: Int
+    /// Plaintext bytes the records hold.
+    public var recordBytes: Int
+
+    public static let none = TailShape(records: 0, recordBytes: 0)
+    public static let footerSize = 8
+    /// Selector, nonce, length and tag.
+    public static let recordOverhead = 4 + FileLayout.nonceSize + 2 + FileLayout.tagSize
+    static let recordAADSize = 8 + 16 + 8 + 4 + 4
+    /// Records a tail holds at most: then the next change seals the last chunk whole again.
+    public static let maximumRecords = 64
+
+    public init(records: Int, recordBytes: Int) {
+        self.records = records
+        self.recordBytes = recordBytes
+    }
+
+    /// The footer's fields, parsed (nil when its reserved bytes are not zero).
+    struct Footer {
+        var records: Int
+        var baseBytes: Int
+        var recordBytes: Int
+
+        init?(_ p: UnsafeRawPointer) {
+            func u16(_ at: Int) -> Int { Int(UInt16(bigEndian: p.loadUnaligned(fromByteOffset: at, as: UInt16.self))) }
+            guard u16(6) == 0 else { return nil }
+            records = u16(0)
+            baseBytes = u16(2)
+            recordBytes = u16(4)
+        }
+    }
+
+    /// Writes the footer of a file of `size` bytes with this shape (chunks of 2^`chunkShift`).
+    func writeFooter(_ out: UnsafeMutableRawPointer, size: Int64, chunkShift: UInt8) {
+        let remainder = Int(size & ((1 << Int64(chunkShift)) - 1))
+        out.storeBytes(of: UInt16(records).bigEndian, toByteOffset: 0, as: UInt16.self)
+        out.storeBytes(of: UInt16(remainder - recordBytes).bigEndian, toByteOffset: 2, as: UInt16.self)
+        out.storeBytes(of: UInt16(recordBytes).bigEndian, toByteOffset: 4, as: UInt16.self)
+        out.storeBytes(of: UInt16(0), toByteOffset: 6, as: UInt16.self)
+    }
+
+    /// The AAD of a record of `count` bytes at `offset` in chunk `index`.
+    @inline(__always) static func writeRecordAAD(_ out: UnsafeMutableRawPointer, fileID: UnsafeRawPointer, index: Int64, offset: Int, count: Int) {
+        out.storeBytes(of: UInt64(0x4143_5346_2072_6563).bigEndian, as: UInt64.self)  // "ACSF rec"
+        (out + 8).copyMemory(from: fileID, byteCount: 16)
+        out.storeBytes(of: UInt64(bitPattern: index).bigEndian, toByteOffset: 24, as: UInt64.self)
+        out.storeBytes(of: UInt32(offset).bigEndian, toByteOffset: 32, as: UInt32.self)
+        out.storeBytes(of: UInt32(count).bigEndian, toByteOffset: 36, as: UInt32.self)
     }
 }

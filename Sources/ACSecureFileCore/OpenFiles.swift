@@ -198,7 +198,12 @@ enum OpenFiles {
             shared.adoptHeader(header)
             // A length that is not a valid file length (an interrupted write or tampering) is
             // resolved by the end check below: recovered, or refused for changes.
-            shared.diskSize = header.layout.plaintextSize(forPhysicalSize: physical) ?? 0
+            switch SharedFile.sizeOnDisk(header.layout, fd: r.fd, physical: physical) {
+            case .success(let end):
+                shared.diskSize = end?.size ?? 0
+                shared.diskShape = end?.shape ?? .none
+            case .failure(let e): throw .posix(e.rawValue, r.path)
+            }
             shared.size = shared.diskSize
             try shared.ensureKeys()
             // The end is authenticated at open (O(1)); an interrupted write is recovered here. A

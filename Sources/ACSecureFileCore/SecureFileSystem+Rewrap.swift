@@ -47,7 +47,8 @@ extension SecureFileSystem {
         case .failure(.io(let e)): throw .posix(e, "\(path): read")
         case .failure(.invalid(let why)): throw .ace(.badKeyOrCorruptData, "\(path): \(why)")
         }
-        guard let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
+        guard case .success(let end?) = SharedFile.sizeOnDisk(header.layout, fd: fd, physical: Int64(st.st_size)),
+              case let size = end.size else {
             throw .ace(.badKeyOrCorruptData, "\(path): length \(st.st_size) is not a valid secure file length (torn or truncated)")
         }
         return SecureFileInfo(plaintextSize: size, physicalSize: Int64(st.st_size), chunkSize: header.layout.chunkSize,

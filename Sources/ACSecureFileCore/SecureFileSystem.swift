@@ -32,7 +32,8 @@ public enum SecureFileSystem {
         }
         defer { _ = Sys.close(fd) }
         guard case .success(let header) = FileHeader.read(from: fd),
-              let size = header.layout.plaintextSize(forPhysicalSize: Int64(st.st_size)) else {
+              case .success(let end?) = SharedFile.sizeOnDisk(header.layout, fd: fd, physical: Int64(st.st_size)),
+              case let size = end.size else {
             throw .ace(.badKeyOrCorruptData, "\(path): not a secure file")
         }
         st.st_size = off_t(size)

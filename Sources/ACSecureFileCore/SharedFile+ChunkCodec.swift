@@ -23,6 +23,12 @@ extension SharedFile {
             }
             return
         }
+        if last == diskChunks - 1 && diskShape.records > 0 {
+            // The last chunk is in records (version 5).
+            if count > 1 { try readChunksFromDisk(first: first, count: count - 1, destination: destination) }
+            try readTailFromDisk(into: destination(last), cipher: cipher)
+            return
+        }
         try readAndOpenChunks(first: first, count: count, staging: ensureScratch, destination: destination, open: {
             openChunk($0, index: $1, length: $2, into: $3, cipher: cipher)
         }, recover: { (sealed, index, length, plaintext) throws(SecureFileError) -> Bool in
@@ -97,26 +103,45 @@ extension SharedFile {
         }
     }
 
-    func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64) -> Bool {
+    /// Whether the trailer at `t` authenticates a file of `size` bytes whose end is laid out as
+    /// `shape` says (version 5: the footer it ends with must say so too).
+    func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64, shape: TailShape = .none) -> Bool {
         guard let cipher, let context = cipher.context(forSelector: selector(at: t)) else { return false }
         let n = t + layout.selectorSize
-        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
-        return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+        let aadCount = writeTrailerAAD(size: size, shape: shape)
+        // The footer stored is the one its AAD names: a footer altered alone must not go unseen.
+        if layout.hasTailRecords,
+           memcmp(t + layout.trailerSize - TailShape.footerSize, trailerAAD + FileLayout.trailerAADSize, TailShape.footerSize) != 0 {
+            return false
+        }
+        return context.open(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: aadCount),
                             ciphertext: UnsafeRawBufferPointer(start: nil, count: 0),
                             tag: n + FileLayout.nonceSize, plaintext: workBase)
     }
 
+    /// Writes the trailer's AAD for a file of `size` bytes into `trailerAAD` and returns its length:
+    /// "ACSF end" ‖ file ID ‖ u64 size, and in version 5 the footer for `shape`.
+    @inline(__always) private func writeTrailerAAD(size: Int64, shape: TailShape) -> Int {
+        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
+        guard layout.hasTailRecords else { return FileLayout.trailerAADSize }
+        shape.writeFooter(trailerAAD + FileLayout.trailerAADSize, size: size, chunkShift: layout.chunkShift)
+        return FileLayout.trailerAADSize + TailShape.footerSize
+    }
+
     /// Seals the trailer for `size` at `t` ([selector ‖] nonce ‖ tag); `nonceIsSet` when the caller
     /// already put a fresh nonce after the selector.
-    func sealTrailer(into t: UnsafeMutableRawPointer, size: Int64, nonceIsSet: Bool = false) throws(SecureFileError) {
+    func sealTrailer(into t: UnsafeMutableRawPointer, size: Int64, nonceIsSet: Bool = false, shape: TailShape = .none) throws(SecureFileError) {
         guard let cipher, hasHeader else { throw .ace(.noKeys, "\(path): no key") }
         let n = t + layout.selectorSize
         if !nonceIsSet { NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: n, count: FileLayout.nonceSize)) }
-        FileLayout.writeTrailerAAD(trailerAAD, fileID: fileID, size: size)
+        let aadCount = writeTrailerAAD(size: size, shape: shape)
+        if layout.hasTailRecords {
+            (t + layout.trailerSize - TailShape.footerSize).copyMemory(from: trailerAAD + FileLayout.trailerAADSize, byteCount: TailShape.footerSize)
+        }
         do {
             let (s, context) = try cipher.nextWrite()
             if layout.selectorSize > 0 { t.storeBytes(of: s.bigEndian, as: UInt32.self) }
-            try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: FileLayout.trailerAADSize),
+            try context.seal(nonce: n, aad: UnsafeRawBufferPointer(start: trailerAAD, count: aadCount),
                              plaintext: UnsafeRawBufferPointer(start: nil, count: 0),
                              ciphertext: n + FileLayout.nonceSize, tag: n + FileLayout.nonceSize)
         } catch {

@@ -56,7 +56,7 @@ extension SharedFile {
         }
         // The length this process last left the file at. Only a header read below changes layout and
         // length, and then the file is refreshed anyway.
-        let unchanged = physical == layout.physicalSize(forPlaintextSize: diskSize) + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
+        let unchanged = physical == diskEnd + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
         // The end is checked again when the length changed, when it was last checked without the
         // lock, and when the header records a pending end: another process died in a change
         // (a cut's trailer may be down with the length unchanged).
@@ -89,7 +89,7 @@ extension SharedFile {
         }
         if hasHeader, needsRefresh || checkEnd {
             endCheckedWithoutLock = false
-            diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? max(0, diskSize)
+            try adoptSizeOnDisk(physical: physical, otherwise: max(0, diskSize))
             size = diskSize
             tailVerified = false
             tailFailure = nil

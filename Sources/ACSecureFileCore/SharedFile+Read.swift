@@ -106,7 +106,7 @@ extension SharedFile {
     /// process's changes in coordinated mode).
     var concurrentReadKeys: ChunkKeys? {
         // (An end restored from a tail copy reads its last chunk from the copy: the exclusive path.)
-        guard tailVerified, restoredTail == nil, !coordinated, runFirst < 0, hasHeader, forkGeneration == ForkGeneration.current,
+        guard tailVerified, restoredTail == nil, diskShape.records == 0, !coordinated, runFirst < 0, hasHeader, forkGeneration == ForkGeneration.current,
               keyGeneration != 0, keyGeneration == services.keyGeneration,
               readCacheBytes == 0 || readCache != nil || readCacheUnavailable
         else { return nil }

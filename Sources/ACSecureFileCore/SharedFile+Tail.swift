@@ -31,10 +31,10 @@ extension SharedFile {
             adoptEnd(pending.end, size: pending.size, physical: physical)
             return
         }
-        let end = layout.physicalSize(forPlaintextSize: diskSize)
+        let end = diskEnd
         var trailerOnly = false
         if physical == end {
-            switch try endAuthenticates(at: end, size: diskSize) {
+            switch try endAuthenticates(at: end, size: diskSize, shape: diskShape) {
             case .intact:
                 if try takeTailCopyIfNeeded(mainSize: diskSize, lastChunkIntact: true, physical: physical) { return }
                 tailVerified = true
@@ -43,9 +43,9 @@ extension SharedFile {
             case .trailerFails: break
             }
         }
-        if let (validEnd, validSize) = try findLastValidEnd(physical: physical) {
+        if let (validEnd, validSize, validShape) = try findLastValidEnd(physical: physical) {
             if try takeTailCopyIfNeeded(mainSize: validSize, lastChunkIntact: true, physical: physical) { return }
-            adoptEnd(validEnd, size: validSize, physical: physical)
+            adoptEnd(validEnd, size: validSize, shape: validShape, physical: physical)
             return
         }
         if trailerOnly {
@@ -66,8 +66,9 @@ extension SharedFile {
 
     /// Takes the end at physical offset `end` (plaintext `size`) as the file's end; what follows it
     /// is reported and cut off by the next change.
-    private func adoptEnd(_ end: Int64, size validSize: Int64, physical: Int64) {
+    private func adoptEnd(_ end: Int64, size validSize: Int64, shape: TailShape = .none, physical: Int64) {
         diskSize = validSize
+        diskShape = shape
         size = max(validSize, runEnd)
         if cacheIndex >= diskChunks { dropCache() }
         dropReadCache()  // the end moved: its last chunk may be another length now
@@ -87,7 +88,7 @@ extension SharedFile {
     enum EndCheck { case intact, lastChunkFails, trailerFails }
 
     /// One read of the last chunk and the trailer before `end`, both authenticated.
-    func endAuthenticates(at end: Int64, size: Int64) throws(SecureFileError) -> EndCheck {
+    func endAuthenticates(at end: Int64, size: Int64, shape: TailShape = .none) throws(SecureFileError) -> EndCheck {
         guard let cipher else { return .trailerFails }
         let trailerAt = end - Int64(layout.trailerSize)
         let lastIndex = size > 0 ? (size - 1) >> Int64(layout.chunkShift) : -1
@@ -95,10 +96,14 @@ extension SharedFile {
         let count = Int(end - from)
         let buf = ensureScratch(count)
         let got = try checkIO(Sys.preadFull(ioFD, buf, count, from), "read the end of the file")
-        guard got == count, trailerAuthenticates(buf + Int(trailerAt - from), size: size) else { return .trailerFails }
+        guard got == count, trailerAuthenticates(buf + Int(trailerAt - from), size: size, shape: shape) else { return .trailerFails }
         guard lastIndex >= 0 else { return .intact }
         let length = layout.chunkLength(lastIndex, size: size)
         defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+        if shape.records > 0 {
+            return try openTail(buf, count: Int(trailerAt - from), index: lastIndex, size: size, shape: shape,
+                                into: workBase, cipher: cipher) ? .intact : .lastChunkFails
+        }
         // (An overwrite of the last chunk torn by a kill, its chunk copy whole: the end is intact.)
         return try openChunkInPlaceOrFromCopy(buf, index: lastIndex, length: length, into: workBase, cipher: cipher) ? .intact : .lastChunkFails
     }
@@ -113,7 +118,7 @@ extension SharedFile {
     /// that end a full chunk (a trailer may be written alone there, by a shrink) are checked in
     /// full: one per chunk of the window. A damaged end of a large file costs a few hundred GCM
     /// checks, not one per byte.
-    private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64)? {
+    private func findLastValidEnd(physical: Int64) throws(SecureFileError) -> (Int64, Int64, TailShape)? {
         guard let cipher else { return nil }
         let minimumEnd = layout.dataOffset + Int64(layout.trailerSize)
         guard physical >= minimumEnd else { return nil }
@@ -153,7 +158,7 @@ extension SharedFile {
             if chunkAt >= from {
                 let fullSize = (index + 1) << Int64(layout.chunkShift)
                 if fullEnd <= top, try authenticates(fullEnd, size: fullSize, index: index, chunkAt: chunkAt) {
-                    return (fullEnd, fullSize)
+                    return try endWithRecords(above: fullEnd) ?? (fullEnd, fullSize, .none)
                 }
                 let lo = max(lowestEnd, chunkAt + overhead + 1 + trailerSize)
                 let hi = min(top, fullEnd - 1)
@@ -165,16 +170,48 @@ extension SharedFile {
                         : Array(lo...hi)
                     for end in ends.reversed() {
                         let size = fullSize - (fullEnd - end)
-                        if try authenticates(end, size: size, index: index, chunkAt: chunkAt) { return (end, size) }
+                        if try authenticates(end, size: size, index: index, chunkAt: chunkAt) {
+                            return try endWithRecords(above: end) ?? (end, size, .none)
+                        }
                     }
                 }
             }
             index -= 1
         }
         if minimumEnd >= lowestEnd, minimumEnd <= top, try authenticates(minimumEnd, size: 0, index: -1, chunkAt: 0) {
-            return (minimumEnd, 0)
+            return try endWithRecords(above: minimumEnd) ?? (minimumEnd, 0, .none)
         }
-        return nil
+        return try endWithRecords(above: lowestEnd - 1)
+
+        // Version 5: the highest end above `floor` whose last chunk is in records (its footer says
+        // so, and places the records right after a chunk), if one authenticates. The version 4
+        // candidates above are the ends with no records.
+        func endWithRecords(above floor: Int64) throws(SecureFileError) -> (Int64, Int64, TailShape)? {
+            guard layout.hasTailRecords else { return nil }
+            var end = top
+            let lowest = max(floor + 1, lowestEnd, from + trailerSize + overhead)
+            while end >= lowest {
+                let footer = buf + Int(end - from) - TailShape.footerSize
+                defer { end -= 1 }
+                // Cheap filters first: the reserved bytes are zero, and 1 to 64 records.
+                guard footer.loadUnaligned(fromByteOffset: 6, as: UInt16.self) == 0, footer.load(fromByteOffset: 0, as: UInt8.self) == 0,
+                      case let n = footer.load(fromByteOffset: 1, as: UInt8.self), n > 0, Int(n) <= TailShape.maximumRecords,
+                      let (size, shape) = layout.plaintextSize(forPhysicalSize: end, footer: footer), shape.records > 0 else { continue }
+                let index = (size - 1) >> Int64(layout.chunkShift)
+                let chunkAt = layout.chunkOffset(index)
+                guard chunkAt >= from else { continue }
+                trailerChecks += 1
+                let trailerAt = buf + Int(end - trailerSize - from)
+                guard trailerAuthenticates(trailerAt, size: size, shape: shape) else { continue }
+                let length = layout.chunkLength(index, size: size)
+                defer { secureZero(UnsafeMutableRawBufferPointer(start: workBase, count: length)) }
+                if try openTail(buf + Int(chunkAt - from), count: Int(end - trailerSize - chunkAt), index: index, size: size,
+                                shape: shape, into: workBase, cipher: cipher) {
+                    return (end, size, shape)
+                }
+            }
+            return nil
+        }
     }
 
     /// How far back from the physical end the recovery scan looks: one write batch and two chunks.
@@ -216,7 +253,8 @@ extension SharedFile {
         restoredTail = nil
         dropReadCache()
         if case .success(let physical) = Sys.fileSize(ioFD) {
-            diskSize = layout.plaintextSize(forPhysicalSize: physical) ?? diskSize
+            let fallback = diskSize
+            do { try adoptSizeOnDisk(physical: physical, otherwise: fallback) } catch { diskSize = fallback }
         }
         size = max(diskSize, runEnd)
         do { try verifyTrailerIfNeeded() } catch {

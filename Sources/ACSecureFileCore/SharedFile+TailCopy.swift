@@ -350,7 +350,9 @@ extension SharedFile {
                 guard copy.size & mask != 0 else { return false }
                 let lastIndex = (mainSize - 1) >> shift
                 if index == lastIndex && lastChunkIntact { return false }
-                if index < lastIndex, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
+                // (When the end's last chunk fails, beyond the synced chunk, that end holds nothing
+                // synced that the copy does not: a power loss kept its trailer, not its chunk.)
+                if index < lastIndex, lastChunkIntact, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
             }
             // A copy torn inside its ciphertext (its descriptor and tags whole) is no copy either.
             guard try copiesAuthenticate(copy, slot: c.slot) else { continue }

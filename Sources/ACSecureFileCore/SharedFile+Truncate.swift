@@ -30,6 +30,7 @@ extension SharedFile {
         try requireAuthenticatedEnd()
         try flushRun()
         try repairTornTailIfNeeded()
+        if length < diskSize { try compactTail() }
         dropCache()
         let shift = Int64(layout.chunkShift)
         if length > diskSize {

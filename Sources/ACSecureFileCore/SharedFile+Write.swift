@@ -19,6 +19,14 @@ extension SharedFile {
     func write(from buffer: UnsafeRawPointer, count: Int, at offset: Int64, writeBack: Bool) throws(SecureFileError) -> Int {
         try initializeIfNeeded()
         try requireAuthenticatedEnd()
+        // Version 5: an append inside the last chunk is sealed alone, as a record.
+        if !writeBack, canAppendToRecords(at: offset) {
+            if Int(diskSize & Int64(chunkSize - 1)) + count < chunkSize {
+                if try appendRecord(buffer, count: count) { return count }
+            } else if diskShape.records > 0 {
+                return try appendFillingRecords(buffer, count: count)
+            }
+        }
         guard writeBack else { return try writeSpan(buffer, count: count, at: offset) }
         return try writeBuffered(buffer, count: count, at: offset)
     }
@@ -40,6 +48,8 @@ extension SharedFile {
     func writeSpan(_ buffer: UnsafeRawPointer?, count: Int, at offset: Int64, flushingRun: Bool = false) throws(SecureFileError) -> Int {
         guard count > 0 else { return 0 }
         if runFirst >= 0 && !flushingRun { try flushRun() }
+        // Version 5: records become one sealed chunk again before anything else changes the end.
+        if diskShape.records > 0 { try compactTail() }
         let shift = Int64(layout.chunkShift)
         let end = offset + Int64(count)
         let boundary = ((diskSize + Int64(chunkSize) - 1) >> shift) << shift

@@ -63,7 +63,11 @@ final class SharedFile: @unchecked Sendable {
     var ioFDWritable = false
 
     var size: Int64 = 0
-    var diskSize: Int64 = 0
+    /// The plaintext size of the file on disk (as far as this process knows).
+    var diskSize: Int64 = 0 { didSet { diskShape = .none } }
+    /// How the end on disk is laid out (version 5): records after the last chunk, or none. Every
+    /// change of `diskSize` resets it; an append of a record sets it after.
+    var diskShape = TailShape.none
     /// The end of the file on disk has been authenticated (or recovered) since it last changed.
     var tailVerified = false
     /// Why the end did not authenticate: every change is refused until the file is cut to 0, so a
@@ -172,8 +176,8 @@ final class SharedFile: @unchecked Sendable {
     /// `fileID`, `aad`, `trailerAAD` and `nonces` share one allocation (a state is made at every
     /// first open of a file), one after the other at these offsets.
     private static let aadOffset = 16
-    private static let trailerAADOffset = aadOffset + FileLayout.chunkAADSize
-    private static let noncesOffset = trailerAADOffset + FileLayout.trailerAADSize
+    private static let trailerAADOffset = aadOffset + max(FileLayout.chunkAADSize, TailShape.recordAADSize)
+    private static let noncesOffset = trailerAADOffset + FileLayout.trailerAADSize + TailShape.footerSize
     private static let noncesSize = ((batchBytes >> Int(FileLayout.chunkShiftRange.lowerBound)) + 1) * FileLayout.nonceSize
 
     /// Larger requests are split into batches of this many plaintext bytes per system call; a
@@ -327,6 +331,8 @@ final class SharedFile: @unchecked Sendable {
     /// survives a power loss with the data (a failure fails the sync, which tries it again next time).
     func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
         try flushRun()
+        // A tail copy holds one sealed chunk: records are sealed whole first (version 5).
+        if ioFDWritable && diskShape.records > 0 { try compactTail() }
         try writeTailCopyIfNeeded()
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")
