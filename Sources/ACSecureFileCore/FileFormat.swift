@@ -25,17 +25,18 @@ public struct FileLayout: Sendable, Equatable {
     /// The version new files get (with chunks of at most 2^16 bytes; larger chunks get version 3,
     /// whose tail copies would cost two chunks more per file). Version 2 files become version 3 (a
     /// header rewrite: the chunks are the same) at their first change that needs a pending-end
-    /// record; version 1 and 3 files keep their version when modified (version 4 moves the chunks).
-    public static let currentVersion: UInt16 = 4
+    /// record; version 1, 3 and 4 files keep their version when modified (versions 4 and 5 move
+    /// the chunks).
+    public static let currentVersion: UInt16 = 5
     public static let supportedVersions: ClosedRange<UInt16> = 1...5
-    /// Version 5: version 4 with tail records (appends sealed alone after the last chunk, a trailer
-    /// footer that says how the end is laid out: `TailShape`). Not yet the default: new files get
-    /// it only when `ACSECURE_FORMAT_VERSION=5` is set (docs/FORMAT.md "Version 5").
+    /// Version 5: version 4 with tail records (appends sealed alone after the last chunk, and a
+    /// trailer footer that says how the end is laid out: `TailShape`; docs/FORMAT.md "Version 5").
     public static let tailRecordsVersion: UInt16 = 5
-    /// The version new files get (`currentVersion`, or version 5 when the environment asks for it).
+    /// The version new files get: `currentVersion`, or 4 when `ACSECURE_FORMAT_VERSION=4` asks for
+    /// it (to compare the two, or to write files an older build reads).
     public static let newFileVersion: UInt16 = {
-        guard let v = getenv("ACSECURE_FORMAT_VERSION"), String(cString: v) == "5" else { return currentVersion }
-        return tailRecordsVersion
+        guard let v = getenv("ACSECURE_FORMAT_VERSION"), String(cString: v) == "4" else { return currentVersion }
+        return 4
     }()
     /// The largest chunk shift a version 4 file has.
     public static let largestTailCopyChunkShift: UInt8 = 16

@@ -251,7 +251,8 @@ public final class SecureFile: @unchecked Sendable {
             throw .ace(.fileTooBig, "\(path): write past the maximum secure file size (\(Self.maximumFileSize) bytes)")
         }
         let n = Int(min(Int64(buffer.count), Self.maximumFileSize - offset))
-        return try s.write(from: base, count: n, at: offset, writeBack: buffering == .writeBack)
+        // (An O_DSYNC write is synced at once, which seals records whole again: it makes none.)
+        return try s.write(from: base, count: n, at: offset, writeBack: buffering == .writeBack, records: synchronized == nil)
     }
 
     /// `lseek(2)`: `SEEK_SET`, `SEEK_CUR`, `SEEK_END`, and `SEEK_DATA`/`SEEK_HOLE` (a secure file has no holes on disk).

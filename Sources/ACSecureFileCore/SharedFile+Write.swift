@@ -16,11 +16,12 @@ import ACSystemCalls
 extension SharedFile {
     /// pwrite semantics on the logical file; the caller has checked limits and access. Returns the
     /// bytes written: all of them, or fewer when services lock during a long write.
-    func write(from buffer: UnsafeRawPointer, count: Int, at offset: Int64, writeBack: Bool) throws(SecureFileError) -> Int {
+    /// `records`: an append may be a record (version 5), i.e. no sync follows at once.
+    func write(from buffer: UnsafeRawPointer, count: Int, at offset: Int64, writeBack: Bool, records: Bool = true) throws(SecureFileError) -> Int {
         try initializeIfNeeded()
         try requireAuthenticatedEnd()
         // Version 5: an append inside the last chunk is sealed alone, as a record.
-        if !writeBack, canAppendToRecords(at: offset) {
+        if !writeBack, records, canAppendToRecords(at: offset) {
             if Int(diskSize & Int64(chunkSize - 1)) + count < chunkSize {
                 if try appendRecord(buffer, count: count) { return count }
             } else if diskShape.records > 0 {

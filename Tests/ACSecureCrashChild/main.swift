@@ -258,8 +258,22 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
             _ = Sys.unlink(path)
         } else {
             let setup = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_TRUNC, mode: 0o600, services: services)
-            if s.before > 0 { _ = try crashPatternBytes(0, s.before).withUnsafeBytes { try setup.pwrite($0, at: 0) } }
+            let old = crashPatternBytes(0, s.before)
+            // Records: the last 300 bytes appended 100 at a time, after the rest in the same open.
+            let tail = s.kind == .recordsThenWrite ? 300 : 0
+            if s.before > 0 { _ = try old[0..<s.before - tail].withUnsafeBytes { try setup.pwrite($0, at: 0) } }
+            for start in stride(from: s.before - tail, to: s.before, by: 100) {
+                _ = try old[start..<start + 100].withUnsafeBytes { try setup.pwrite($0, at: Int64(start)) }
+            }
             try setup.close()
+        }
+        var warmed: SecureFile?
+        if s.kind == .recordsThenWrite {
+            // Open and read the last chunk before the kill points start: the handle has it cached.
+            let file = try SecureFile.open(path, flags: O_RDWR, services: services)
+            var last: UInt8 = 0
+            _ = try withUnsafeMutableBytes(of: &last) { try file.pread(into: $0, at: Int64(s.before - 1)) }
+            warmed = file
         }
         final class Counter: @unchecked Sendable { var calls = 0; var killNext = false }
         let counter = Counter()
@@ -282,6 +296,12 @@ func runShape(store: String, path given: String, shape: String, killAt: Int, tea
         }
         let data = crashPatternBytes(1, s.count)
         switch s.kind {
+        case .recordsThenWrite:
+            if s.count == 0 {
+                try warmed!.truncate(to: Int64(s.offset))
+            } else {
+                _ = try data.withUnsafeBytes { try warmed!.pwrite($0, at: Int64(s.offset)) }
+            }
         case .write, .truncate, .sharedWrite, .sharedTruncate, .dsyncWrite, .doubleWrite, .wholeInPlace:
             let shared = s.kind == .sharedWrite || s.kind == .sharedTruncate
             let file = try SecureFile.open(path, flags: O_RDWR | (s.kind == .dsyncWrite ? O_DSYNC : 0), services: services,
@@ -354,6 +374,10 @@ struct CrashShape {
         /// flush, a services lock).
         case writeBackThenClose = "writeback"
         case writeBackThenSync = "writeback-sync", writeBackThenFlush = "writeback-flush", writeBackThenLock = "writeback-lock"
+        /// Version 5 records: the file's last 300 bytes before are three 100-byte appends (records),
+        /// and the operation's handle has read the last chunk (an append then is a record too);
+        /// then a write, or a truncation with `count` 0.
+        case recordsThenWrite = "records-write"
     }
     let name: String
     let before: Int
@@ -426,6 +450,16 @@ struct CrashShape {
         CrashShape("writeback-at-fsync", 5000, .writeBackThenSync, 5000, 20000),
         CrashShape("writeback-at-flush", 8192, .writeBackThenFlush, 8192, 9000),
         CrashShape("writeback-at-lock", 0, .writeBackThenLock, 0, 30000),
+        // Version 5: appends inside the last chunk are records; every other change first seals them
+        // into one chunk again (`compactTail`), an append that fills the chunk writes it whole.
+        CrashShape("record-append-inside", 1000, .recordsThenWrite, 1000, 100),
+        CrashShape("record-append-across-pages", 3900, .recordsThenWrite, 3900, 100),
+        CrashShape("record-append-filling", 3900, .recordsThenWrite, 3900, 300),
+        CrashShape("record-append-filling-across-chunks", 7000, .recordsThenWrite, 7000, 6000),
+        CrashShape("record-overwrite-inside", 3900, .recordsThenWrite, 1000, 100),
+        CrashShape("record-overwrite-across-end", 7000, .recordsThenWrite, 6000, 2000),
+        CrashShape("record-shrink-inside", 3900, .recordsThenWrite, 2000, 0),
+        CrashShape("record-grow", 3900, .recordsThenWrite, 10000, 0),
     ]
 
     init(_ name: String, _ before: Int, _ kind: Kind, _ offset: Int, _ count: Int) {

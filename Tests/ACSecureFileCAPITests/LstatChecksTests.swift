@@ -73,7 +73,8 @@ final class LstatChecksTests: CAPITestCase {
                 let path = try makeFile("layout-\(version)-\(shift)")
                 poke(path, 5, UInt8(version))
                 poke(path, 8, shift)
-                let expected = FileLayout(chunkShift: shift, version: version).plaintextSize(forPhysicalSize: physicalSize(path))
+                let layout = FileLayout(chunkShift: shift, version: version)
+                let expected = layout.hasTailRecords ? sizeFromFooter(path, layout) : layout.plaintextSize(forPhysicalSize: physicalSize(path))
                 XCTAssertEqual(lstatSize(path), expected, "version \(version), chunk shift \(shift)")
                 if expected != nil { sized += 1 }
                 XCTAssertFalse(opens(path), "ACSecureFileOpen authenticates the header (version \(version), shift \(shift))")
@@ -96,18 +97,35 @@ final class LstatChecksTests: CAPITestCase {
         XCTAssertFalse(opens(path))
     }
 
-    /// A cut at a chunk boundary leaves a valid length: a smaller size, no error.
-    func testACutAtAChunkBoundaryGetsTheSmallerSize() throws {
+    /// A cut at a chunk boundary leaves a length a version 4 file may have: a smaller size, no
+    /// error. A version 5 file's length is read with the footer its trailer ends in: the cut leaves
+    /// ciphertext where the footer was, which no footer is, so the size is EIO.
+    func testACutAtAChunkBoundaryGetsTheSmallerSizeOrEIO() throws {
         let path = try makeFile("cut")
         XCTAssertEqual(truncate(path, off_t(physicalSize(path) - Int64(4096 + 32))), 0)
-        XCTAssertEqual(lstatSize(path), Int64(plaintextSize - 4096))
+        XCTAssertNil(lstatSize(path), "version 5")
+        let v4 = try makeFile("cut-v4")
+        poke(v4, 5, 4)
+        let layout = FileLayout(chunkShift: FileLayout.defaultChunkShift, version: 4)
+        XCTAssertEqual(truncate(v4, off_t(physicalSize(v4) - Int64(4096 + 32))), 0)
+        XCTAssertEqual(lstatSize(v4), layout.plaintextSize(forPhysicalSize: physicalSize(v4)), "version 4")
+    }
+
+    /// What a version 5 file's footer (its last 8 bytes) says its size is, for `layout`.
+    private func sizeFromFooter(_ path: String, _ layout: FileLayout) -> Int64? {
+        let fd = Glibc.open(path, O_RDONLY)
+        defer { Glibc.close(fd) }
+        var footer = [UInt8](repeating: 0, count: TailShape.footerSize)
+        let physical = physicalSize(path)
+        guard pread(fd, &footer, footer.count, off_t(physical - Int64(footer.count))) == footer.count else { return nil }
+        return footer.withUnsafeBytes { layout.plaintextSize(forPhysicalSize: physical, footer: $0.baseAddress!)?.size }
     }
 
     /// What is checked: magic, version, header size, chunk shift, key class, flags, reserved bytes, the
     /// pending-end record's kind (version 3: bytes 108..<128 are that record), length.
     func testMalformedHeadersAndImpossibleLengthsAreEIO() throws {
         let cases: [(String, off_t, UInt8)] = [
-            ("magic", 0, 0x00), ("version 5", 5, 5), ("version 0", 5, 0), ("header size", 7, 0x81),
+            ("magic", 0, 0x00), ("version 6", 5, 6), ("version 0", 5, 0), ("header size", 7, 0x81),
             ("chunk shift 8", 8, 8), ("chunk shift 21", 8, 21), ("key class 0", 9, 0), ("key class 4", 9, 4),
             ("flags", 11, 1), ("reserved byte 12", 12, 1), ("pending-end record kind 2", 108, 2),
         ]

@@ -45,6 +45,7 @@ final class CutOrderTests: XCTestCase {
 
     private let record = Step.pwrite(count: 20, at: 108)  // the header's pending-end record
     private func chunkOffset(_ i: Int64) -> Int64 { FileLayout().chunkOffset(i) }
+    private let trailer = FileLayout().trailerSize
     /// The tail copy a cut writes for its new end (version 4): the file's creation wrote copy 0
     /// and its sync copy 1, so a cut writes copy 2, in slot 0 — its descriptor, then the copies.
     private func tailCopy(_ copied: Int) -> Step { .pwrite(count: TailCopyDescriptor.size + copied, at: Int64(FileLayout.headerSize)) }
@@ -62,9 +63,9 @@ final class CutOrderTests: XCTestCase {
         let env = try TestEnvironment()
         let f = try makeFile(env, "inside", size: 65536)
         let cut = try steps { try f.truncate(to: 20000) }
-        // Chunk 4 holds 16384..<20000 afterwards: 3616 bytes + 32 of overhead + the 32-byte trailer.
+        // Chunk 4 holds 16384..<20000 afterwards: 3616 bytes + 32 of overhead + the trailer (40 bytes in version 5).
         // Its tail copy goes to the device with the record, before the chunk is rewritten in place.
-        XCTAssertEqual(cut, [record, tailCopy(3616 + 64), .fdatasync, .pwrite(count: 3616 + 64, at: chunkOffset(4)), .fdatasync, .ftruncate(-1)])
+        XCTAssertEqual(cut, [record, tailCopy(3616 + 32 + trailer), .fdatasync, .pwrite(count: 3616 + 32 + trailer, at: chunkOffset(4)), .fdatasync, .ftruncate(-1)])
         // The next change first puts the cut on the device, then clears the record.
         let append = try steps { _ = try f.pwrite([1], at: 20000) }
         XCTAssertEqual(Array(append.prefix(2)), [.fdatasync, record], "\(append)")
@@ -77,7 +78,7 @@ final class CutOrderTests: XCTestCase {
         let env = try TestEnvironment()
         let f = try makeFile(env, "boundary", size: 65536)
         let cut = try steps { try f.truncate(to: 12288) }
-        XCTAssertEqual(cut, [record, .fdatasync, .pwrite(count: 32, at: chunkOffset(3)), tailCopy(32), .fdatasync, .ftruncate(-1)])
+        XCTAssertEqual(cut, [record, .fdatasync, .pwrite(count: trailer, at: chunkOffset(3)), tailCopy(trailer), .fdatasync, .ftruncate(-1)])
         // The application's own sync settles the cut: the record is cleared after it, and the next
         // change needs no barrier of its own.
         let sync = try steps { try f.sync() }
@@ -98,7 +99,7 @@ final class CutOrderTests: XCTestCase {
         let empty = try steps { try f.truncate(to: 0) }
         // The new header (recording 0) and the empty file's tail copy in one pwrite, inside the
         // first sector; the trailer after the slots once they are on the device.
-        let emptying: [Step] = [.pwrite(count: 224, at: 0), .fdatasync, .pwrite(count: 32, at: chunkOffset(0)), .ftruncate(-1)]
+        let emptying: [Step] = [.pwrite(count: 192 + trailer, at: 0), .fdatasync, .pwrite(count: trailer, at: chunkOffset(0)), .ftruncate(-1)]
         XCTAssertEqual(empty, emptying)
         let append = try steps { _ = try f.pwrite([9], at: 0) }
         XCTAssertEqual(Array(append.prefix(2)), [.fdatasync, record], "\(append)")
@@ -124,7 +125,7 @@ final class CutOrderTests: XCTestCase {
         let f = try makeFile(env, "last-chunk", size: 12288 + 100)
         let cut = try steps { try f.truncate(to: 12288) }
         // Once the trailer is down, the old end's last chunk fails and the recovery scan finds the new end.
-        XCTAssertEqual(cut, [.pwrite(count: 32, at: chunkOffset(3)), tailCopy(32), .fdatasync, .ftruncate(-1)])
+        XCTAssertEqual(cut, [.pwrite(count: trailer, at: chunkOffset(3)), tailCopy(trailer), .fdatasync, .ftruncate(-1)])
         let append = try steps { _ = try f.pwrite([1], at: 12288) }
         XCTAssertFalse(append.contains(.fdatasync) || append.contains(record), "\(append)")
         try f.close()
@@ -136,7 +137,7 @@ final class CutOrderTests: XCTestCase {
         let cut = try steps { try f.truncate(to: 9000) }
         // The old trailer stays at the old end until the cut: the end check finds the new end.
         // (Its tail copy first, on the device before the chunk is rewritten in place.)
-        XCTAssertEqual(cut, [tailCopy(9000 - 8192 + 64), .fdatasync, .pwrite(count: 9000 - 8192 + 64, at: chunkOffset(2)), .fdatasync, .ftruncate(-1)])
+        XCTAssertEqual(cut, [tailCopy(9000 - 8192 + 32 + trailer), .fdatasync, .pwrite(count: 9000 - 8192 + 32 + trailer, at: chunkOffset(2)), .fdatasync, .ftruncate(-1)])
         try f.close()
     }
 

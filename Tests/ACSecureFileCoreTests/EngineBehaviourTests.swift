@@ -430,23 +430,29 @@ final class EngineBehaviourTests: XCTestCase {
     /// one `pwrite` when they lie in one page (a kill stops a write only between pages); when its
     /// part before the old end spans two pages, it first copies the end as it is into a tail-copy
     /// slot, then writes chunk and trailer in one `pwrite`; otherwise beyond the old end first, then
-    /// the part before it. A version 3 file (no tail copies) always splits. Checked from the system
-    /// calls themselves.
+    /// the part before it. A version 3 file (no tail copies) always splits. A version 5 file (the
+    /// default) seals the append alone, as a record, and writes it with the new trailer over the old
+    /// trailer: one `pwrite` in one page, else beyond the old end first, then the old trailer's
+    /// place; never a copy. Checked from the system calls themselves.
     func testAnAppendIsOneWriteInOnePageAndCopiesTheEndFirstWhereAKillCouldTearIt() throws {
         let env = try TestEnvironment()
         let v3 = env.path("v3")
         writeWholeFile(v3, readWholeFile(FormatVectorTests.directory + "/v3/multi-chunk.acsf"))
         let v4 = env.path("v4")
+        writeWholeFile(v4, readWholeFile(FormatVectorTests.directory + "/v4/multi-chunk.acsf"))
+        let v5 = env.path("v5")
+        let vectorKeys = FixedKeyProvider(kek: try FormatVectorTests.kek())
         let files: [(name: String, path: String, file: SecureFile)] = [
-            ("version 4", v4, try SecureFile.open(v4, flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: env.services)),
-            ("version 3", v3, try SecureFile.open(v3, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))),
+            ("version 5", v5, try SecureFile.open(v5, flags: O_RDWR | O_CREAT | O_APPEND, mode: 0o600, services: env.services)),
+            ("version 4", v4, try SecureFile.open(v4, flags: O_RDWR | O_APPEND, services: vectorKeys)),
+            ("version 3", v3, try SecureFile.open(v3, flags: O_RDWR | O_APPEND, services: vectorKeys)),
         ]
         final class Writes: @unchecked Sendable { var list: [(offset: Int64, count: Int)] = [] }
         let writes = Writes()
         func onePage(_ offset: Int64, _ count: Int) -> Bool { offset / 4096 == (offset + Int64(count) - 1) / 4096 }
-        let slots = [FileLayout().tailCopyOffset(0), FileLayout().tailCopyOffset(1)]
+        let slots = [FileLayout(version: 4).tailCopyOffset(0), FileLayout(version: 4).tailCopyOffset(1)]
         for (name, path, f) in files {
-            var single = 0, split = 0, copied = 0
+            var single = 0, split = 0, copied = 0, other = 0
             for k in 0..<120 {
                 let before = try f.size
                 let oldEnd = fileSize(path)
@@ -460,6 +466,23 @@ final class EngineBehaviourTests: XCTestCase {
                 // An append past a chunk's end is two runs: not this test's shape.
                 if before / 4096 != (before + 99) / 4096 || before % 4096 == 0 { continue }
                 let w = writes.list
+                if name == "version 5" {
+                    let trailer = Int64(FileLayout().trailerSize), record = 100 + TailShape.recordOverhead
+                    if w.count == 1 {
+                        XCTAssertEqual(w[0].offset, oldEnd - trailer, "append \(k): over the old trailer: \(w)")
+                        XCTAssertEqual(w[0].count, record + Int(trailer), "append \(k): the record and the trailer: \(w)")
+                        XCTAssertTrue(onePage(w[0].offset, w[0].count), "append \(k): one write across a page boundary: \(w)")
+                        single += 1
+                    } else if w.count == 2 && w[0].offset == oldEnd {
+                        XCTAssertEqual(w[1].offset, oldEnd - trailer, "append \(k): then the old trailer's place: \(w)")
+                        XCTAssertEqual(w[1].count, Int(trailer), "append \(k): \(w)")
+                        XCTAssertFalse(onePage(w[1].offset, w[1].count + w[0].count), "append \(k): two writes where one would do: \(w)")
+                        split += 1
+                    } else {
+                        other += 1  // the records reached their limit, or the old trailer spans two pages
+                    }
+                    continue
+                }
                 if w.count == 1 {
                     XCTAssertTrue(w[0].offset < oldEnd && w[0].offset + Int64(w[0].count) > oldEnd, "\(name), append \(k): \(w)")
                     XCTAssertTrue(onePage(w[0].offset, w[0].count),
@@ -486,7 +509,10 @@ final class EngineBehaviourTests: XCTestCase {
                     XCTFail("\(name), append \(k): \(w.count) writes: \(w)")
                 }
             }
-            if name == "version 4" {
+            if name == "version 5" {
+                XCTAssertGreaterThan(single, 80, "one write where it lies in one page (\(single) single, \(split) split, \(other) other)")
+                XCTAssertLessThan(other, 8, "(\(single) single, \(split) split, \(other) other)")
+            } else if name == "version 4" {
                 XCTAssertGreaterThan(single, 20, "one write where it lies in one page (\(single) single, \(copied) copied first, \(split) split)")
                 XCTAssertGreaterThan(copied, 5, "the end copied first where a kill could tear the rewrite (\(single) single, \(copied) copied first, \(split) split)")
             } else {
@@ -494,7 +520,9 @@ final class EngineBehaviourTests: XCTestCase {
             }
             try f.close()
         }
-        XCTAssertEqual(try SecureFile.open(v4, flags: O_RDONLY, services: env.services).readAll(),
+        XCTAssertEqual(try SecureFile.open(v5, flags: O_RDONLY, services: env.services).readAll(),
+                       (0..<120).flatMap { [UInt8](repeating: UInt8($0), count: 100) })
+        XCTAssertEqual(Array(try SecureFile.open(v4, flags: O_RDONLY, services: vectorKeys).readAll()[10_000...]),
                        (0..<120).flatMap { [UInt8](repeating: UInt8($0), count: 100) })
     }
 }

@@ -103,12 +103,14 @@ final class StoreVectorDecoderTests: XCTestCase {
             let bytes = try Self.vector(name)
             let kek = try IndependentDecoder.kek(seed: seed, info: info)
             let plaintext = try IndependentDecoder.decrypt(bytes, key: kek, keyClass: keyClass)
-            // Version 4: two tail-copy slots (64 + 2^s + 64 bytes each) between the header and chunk 0.
-            let first = bytes[5] >= 4 ? 128 + 2 * (64 + (1 << Int(bytes[8])) + 64) : 128
+            // From version 4: two tail-copy slots (64 + 2^s + 32 + the trailer each) between the header
+            // and chunk 0; the trailer is 40 bytes in version 5 (its footer), 32 before.
+            let trailer = bytes[5] >= 5 ? 40 : 32
+            let first = bytes[5] >= 4 ? 128 + 2 * (64 + (1 << Int(bytes[8])) + 32 + trailer) : 128
             let small = bytes.count - first < 1024
             for byte in 0..<bytes.count where (128..<first).contains(byte)
-                ? byte % 64 == 0 || byte < 128 + 96
-                : small || byte < 128 || byte >= bytes.count - 32 || byte % 8 == 0 {
+                ? byte % 64 == 0 || byte < 128 + 64 + trailer
+                : small || byte < 128 || byte >= bytes.count - trailer || byte % 8 == 0 {
                 for bit in 0..<8 {
                     var b = bytes
                     b[byte] ^= 1 << bit

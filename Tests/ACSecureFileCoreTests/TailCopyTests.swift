@@ -68,7 +68,7 @@ final class TailCopyTests: XCTestCase {
         try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services).close()
         let created = readWholeFile(path)
         let copyZeroEnd = Int(layout.tailCopyOffset(0)) + TailCopyDescriptor.size + layout.trailerSize
-        XCTAssertEqual(copyZeroEnd, 224)
+        XCTAssertEqual(copyZeroEnd, 232)  // 128 + 64 + a 40-byte trailer (version 5)
         XCTAssertGreaterThan(created.count, copyZeroEnd)
         writeWholeFile(path, Array(created.prefix(copyZeroEnd)))
         let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
@@ -129,7 +129,7 @@ final class TailCopyTests: XCTestCase {
         let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
         XCTAssertTrue(try r.endRestoredFromTailCopy)
         XCTAssertEqual(try r.size, 10_000)
-        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 2000)
+        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, Int64(2000 + TailShape.recordOverhead), "the append was a record (version 5)")
         XCTAssertEqual(try r.readAll(), data)
         try r.close()
         XCTAssertEqual(readWholeFile(path), bytes, "a read-only open changes nothing")
@@ -178,8 +178,28 @@ final class TailCopyTests: XCTestCase {
         try g.close()
     }
 
+    /// Version 5: appends inside the last chunk are records and write no copy; a sync first seals the
+    /// records into one chunk again (after a rewrite's copy of the end it makes, over no sync's copy),
+    /// then writes its own copy over that one: the newest sync's copy is never written over.
+    func testRecordAppendsWriteNoCopyAndASyncKeepsTheNewestSyncsCopy() throws {
+        let env = try TestEnvironment()
+        let path = env.path("records")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        defer { try? f.close() }
+        _ = try f.write(plaintext(3900))
+        try f.sync()
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900))
+        let slots = readWholeFile(path).prefix(Int(layout.dataOffset))
+        for k in 1...3 { _ = try f.write(plaintext(50, k)) }
+        XCTAssertEqual(readWholeFile(path).prefix(Int(layout.dataOffset)), slots, "record appends write no copy")
+        try f.sync()
+        XCTAssertTrue(kindedDescriptor(path, 0)! == (.sync, 4, 4050), "\(String(describing: kindedDescriptor(path, 0)))")
+        XCTAssertTrue(kindedDescriptor(path, 1)! == (.sync, 1, 3900), "the previous sync's copy stays until this one is written")
+        XCTAssertEqual(try f.pread(count: 5000, at: 0), plaintext(3900) + (1...3).flatMap { plaintext(50, $0) })
+    }
+
     /// (kind, sequence, size) of the descriptor in `slot`, as written on disk (nil: no copy).
-    func kindedDescriptor(_ path: String, _ slot: Int) -> (TailCopyDescriptor.Kind, UInt64, Int64)? {
+    func kindedDescriptor(_ path: String, _ slot: Int, _ layout: FileLayout = FileLayout()) -> (TailCopyDescriptor.Kind, UInt64, Int64)? {
         let bytes = readWholeFile(path)
         let at = Int(layout.tailCopyOffset(slot))
         guard bytes.count >= at + TailCopyDescriptor.size else { return nil }
@@ -189,12 +209,16 @@ final class TailCopyTests: XCTestCase {
     /// A rewrite's copy (kind 2: an append whose rewrite of chunk 0 spans two pages) goes into the
     /// slot the newest sync's copy is not in, and over the previous rewrite's copy (sequence +2),
     /// never over the newest sync's copy, which a power loss still needs; a sync then writes its own
-    /// copy over the rewrite's, and the next rewrite's copy goes into the other slot.
+    /// copy over the rewrite's, and the next rewrite's copy goes into the other slot. (A version 4
+    /// file: version 5 appends are records, which need no copy; see the next test.)
     func testARewritesCopyNeverGoesOverTheNewestSyncsCopy() throws {
         let env = try TestEnvironment()
         let path = env.path("kinds")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        writeWholeFile(path, readWholeFile(FormatVectorTests.directory + "/v4/empty.acsf"))
+        let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: FixedKeyProvider(kek: try FormatVectorTests.kek()))
         defer { try? f.close() }
+        let layout = FileLayout(version: 4)
+        func kindedDescriptor(_ path: String, _ slot: Int) -> (TailCopyDescriptor.Kind, UInt64, Int64)? { self.kindedDescriptor(path, slot, layout) }
         // Chunk 0 is at 8576, 384 bytes into a page: with 3,900 bytes its rewrite spans two pages.
         _ = try f.write(plaintext(3900))
         try f.sync()

@@ -1,0 +1,172 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+import ACSecureServices
+import ACSecureTestSupport
+@testable import ACSecureFileCore
+
+/// Tail records (format version 5, docs/FORMAT.md "Version 5"): appends inside the last chunk sealed
+/// alone after it, the footer that describes them, and every other change sealing them into one
+/// chunk first.
+final class TailRecordTests: XCTestCase {
+    let layout = FileLayout()
+
+    func plaintext(_ n: Int, _ seed: Int = 0) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ seed) } }
+
+    func readBack(_ path: String, _ env: TestEnvironment) throws -> [UInt8] {
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        defer { try? r.close() }
+        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 0)
+        XCTAssertFalse(try r.endRestoredFromTailCopy)
+        return try r.readAll()
+    }
+
+    /// What the footer at the end of the file says (nil when it names no valid end).
+    func shape(_ path: String) -> (size: Int64, shape: TailShape)? {
+        let bytes = readWholeFile(path)
+        guard bytes.count >= TailShape.footerSize else { return nil }
+        return Array(bytes.suffix(TailShape.footerSize)).withUnsafeBytes {
+            layout.plaintextSize(forPhysicalSize: Int64(bytes.count), footer: $0.baseAddress!)
+        }
+    }
+
+    /// A file of `base` bytes written at once, then `appends` appended one by one in the same open.
+    func fileWithRecords(_ path: String, base: Int, appends: [Int], _ env: TestEnvironment) throws -> [UInt8] {
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        var expected = plaintext(base)
+        _ = try f.write(expected)
+        for (k, n) in appends.enumerated() {
+            let bytes = plaintext(n, k + 1)
+            _ = try f.write(bytes)
+            expected += bytes
+        }
+        try f.close()
+        return expected
+    }
+
+    func testAppendsInsideTheLastChunkAreRecordsThatReadBackAfterReopening() throws {
+        XCTAssertEqual(layout.version, 5, "new files are version 5")
+        let env = try TestEnvironment()
+        let path = env.path("records")
+        let expected = try fileWithRecords(path, base: 1000, appends: [1, 100, 2000, 7], env)
+        let end = try XCTUnwrap(shape(path))
+        XCTAssertEqual(end.size, Int64(expected.count))
+        XCTAssertEqual(end.shape, TailShape(records: 4, recordBytes: 2108))
+        XCTAssertEqual(fileSize(path), layout.physicalSize(forPlaintextSize: end.size, shape: end.shape))
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertEqual(try r.readAll(), expected)
+        XCTAssertEqual(try r.pread(count: 50, at: 1095), Array(expected[1095..<1145]), "across two records")
+        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 0)
+        XCTAssertFalse(try r.endRestoredFromTailCopy)
+        try r.close()
+        XCTAssertEqual(try SecureFileSystem.lstat(path).st_size, off_t(expected.count), "lstat reads the footer")
+    }
+
+    /// A file of records changed every other way: each change seals the records into one chunk
+    /// first (the footer then names none), and the contents are what POSIX gives.
+    func testEveryOtherChangeSealsTheRecordsIntoOneChunkFirst() throws {
+        let env = try TestEnvironment()
+        let changes: [(String, (SecureFile, inout [UInt8]) throws -> Void)] = [
+            ("overwrite", { f, e in _ = try f.pwrite([9, 9, 9], at: 1050); e.replaceSubrange(1050..<1053, with: [9, 9, 9]) }),
+            ("shrink", { f, e in try f.truncate(to: 1150); e.removeSubrange(1150...) }),
+            ("grow", { f, e in try f.truncate(to: 9000); e += [UInt8](repeating: 0, count: 9000 - e.count) }),
+            ("fill the chunk", { f, e in let b = self.plaintext(4000, 9); _ = try f.pwrite(b, at: Int64(e.count)); e += b }),
+            ("hole", { f, e in _ = try f.pwrite([1], at: 20000); e += [UInt8](repeating: 0, count: 20000 - e.count) + [1] }),
+            ("sync", { f, _ in try f.sync() }),
+        ]
+        for (name, change) in changes {
+            let path = env.path(name.replacingOccurrences(of: " ", with: "-"))
+            var expected = try fileWithRecords(path, base: 1000, appends: [100, 100, 100], env)
+            XCTAssertEqual(try XCTUnwrap(shape(path)).shape.records, 3, name)
+            let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            try change(f, &expected)
+            try f.close()
+            XCTAssertEqual(try XCTUnwrap(shape(path), name).shape.records, 0, "\(name): sealed whole")
+            XCTAssertEqual(try readBack(path, env), expected, name)
+        }
+    }
+
+    /// At most `TailShape.maximumRecords` records: the next append seals the chunk whole again.
+    func testRecordsAreBoundedAndTheNextAppendSealsThemWhole() throws {
+        let env = try TestEnvironment()
+        let path = env.path("bounded")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services)
+        var expected = plaintext(10)
+        _ = try f.write(expected)
+        var most = 0
+        for k in 0..<150 {
+            let b = plaintext(10, k)
+            _ = try f.write(b)
+            expected += b
+            most = max(most, try XCTUnwrap(shape(path)).shape.records)
+        }
+        try f.close()
+        XCTAssertEqual(most, TailShape.maximumRecords)
+        XCTAssertEqual(try readBack(path, env), expected)
+    }
+
+    /// Records moved, swapped, resized or altered anywhere are never read as data: every single-bit
+    /// flip of the end region (a base chunk, three records, the trailer and its footer) makes the
+    /// file fail to read or visibly return to an earlier end; none reads other bytes silently.
+    func testEveryBitFlipOfTheRecordsIsDetected() throws {
+        let env = try TestEnvironment()
+        let path = env.path("flips")
+        let expected = try fileWithRecords(path, base: 300, appends: [100, 100, 100], env)
+        let original = readWholeFile(path)
+        let from = Int(layout.chunkOffset(0))
+        var silent: [Int] = []
+        for bit in stride(from: from * 8, to: original.count * 8, by: 3) {
+            var bytes = original
+            bytes[bit / 8] ^= UInt8(1 << (bit % 8))
+            writeWholeFile(path, bytes)
+            guard let f = try? SecureFile.open(path, flags: O_RDONLY, services: env.services) else { continue }
+            defer { try? f.close() }
+            guard let got = try? f.readAll() else { continue }
+            let reported = (try? f.endRestoredFromTailCopy) == true || ((try? f.bytesAfterAuthenticatedEnd) ?? 0) > 0
+            if !reported && got != expected { silent.append(bit) }
+        }
+        XCTAssertEqual(silent, [], "bits whose flip reads as other bytes, unreported")
+    }
+
+    /// Two records of the same length swapped, or one record copied over another: their AAD binds
+    /// each to its offset in the chunk, so the chunk fails to read.
+    func testSwappedOrCopiedRecordsAreDetected() throws {
+        let env = try TestEnvironment()
+        let path = env.path("swapped")
+        _ = try fileWithRecords(path, base: 300, appends: [100, 100, 100], env)
+        let original = readWholeFile(path)
+        let record = 100 + TailShape.recordOverhead
+        let first = Int(layout.chunkOffset(0)) + 300 + layout.chunkOverhead
+        let r1 = Array(original[first..<first + record]), r2 = Array(original[first + record..<first + 2 * record])
+        for (name, a, b) in [("swapped", r2, r1), ("copied", r1, r1)] {
+            var bytes = original
+            bytes.replaceSubrange(first..<first + 2 * record, with: a + b)
+            writeWholeFile(path, bytes)
+            let f = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertThrowsError(try f.readAll(), name) { e in XCTAssertEqual((e as? SecureFileError)?.code, .badKeyOrCorruptData, name) }
+            try f.close()
+        }
+    }
+
+    /// A version 4 file (written before version 5) keeps its layout when appended to: no records.
+    func testAVersion4FileIsAppendedToWithoutRecords() throws {
+        let env = try TestEnvironment()
+        let path = env.path("v4")
+        writeWholeFile(path, readWholeFile(FormatVectorTests.directory + "/v4/one-byte.acsf"))
+        let keys = FixedKeyProvider(kek: try FormatVectorTests.kek())
+        let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: keys)
+        var expected = FormatVectorTests.plaintext(1)
+        for k in 0..<20 {
+            let b = plaintext(100, k)
+            _ = try f.write(b)
+            expected += b
+        }
+        try f.close()
+        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 4)
+        XCTAssertEqual(Int64(readWholeFile(path).count), FileLayout(version: 4).physicalSize(forPlaintextSize: Int64(expected.count)))
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: keys)
+        XCTAssertEqual(try r.readAll(), expected)
+        try r.close()
+    }
+}
