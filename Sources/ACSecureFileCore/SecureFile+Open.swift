@@ -137,7 +137,7 @@ extension SecureFile {
                 do { try file.close() } catch {
                     // Nothing was written through it.
                 }
-                throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): double writes need a file of format version 4 with chunks of at most \(1 << Int(FileLayout.largestTailCopyChunkShift)) bytes (this one: version \(layout.version), chunks of \(1 << Int(layout.chunkShift)) bytes); `acsecure rekey` rewrites it in the current format")
+                throw SecureFileError(code: .invalidArgument, errno: EINVAL, message: "\(path): double writes need a file of format version 4 or later with chunks of at most \(1 << Int(FileLayout.largestTailCopyChunkShift)) bytes (this one: version \(layout.version), chunks of \(1 << Int(layout.chunkShift)) bytes); `acsecure rekey` rewrites it in the current format")
             }
         }
         guard opened.unnamed else { return file }

@@ -331,8 +331,9 @@ final class SharedFile: @unchecked Sendable {
     /// survives a power loss with the data (a failure fails the sync, which tries it again next time).
     func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
         try flushRun()
-        // A tail copy holds one sealed chunk: records are sealed whole first (version 5).
-        if ioFDWritable && diskShape.records > 0 { try compactTail() }
+        // A tail copy holds one sealed chunk: records are sealed whole first (version 5). (A
+        // coordinated state has none of its own: it sealed them whole when it turned coordinated.)
+        if ioFDWritable && diskShape.records > 0 && !coordinated { try compactTail() }
         try writeTailCopyIfNeeded()
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")

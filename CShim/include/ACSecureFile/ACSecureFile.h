@@ -46,6 +46,13 @@
  *   sees this process's writes after it reopens, or at every call when both use the coordinated
  *   mode (ACSECURE_OPEN_SHARED, or ACSECURE_MULTIPROCESS=1).
  *
+ * File format
+ *   New files are format version 5 (docs/FORMAT.md): an append inside the last chunk is sealed
+ *   alone, as a record, so small appends cost one pwrite of their own bytes. Files of versions
+ *   1 to 4 keep opening and accepting writes in their own format. A build older than version 5
+ *   refuses version 5 files by name; ACSECURE_FORMAT_VERSION=4 in the environment makes this
+ *   library create version 4 files, for readers that predate version 5.
+ *
  * Processes and fork()
  *   A child inherits the secure descriptors; parent and child are then two processes as above.
  *   In coordinated mode both may read and write (the child takes its own record lock). In the
@@ -412,7 +419,7 @@ off_t ACSecureFileRecoveredBytes(int fd);
  * Whether the file's end was restored from its tail copy when it was opened: 1 when its end, or
  * the short last chunk its last sync copied, did not authenticate in place (a power loss tore it,
  * or the file was cut or damaged there) and the file is as it was at its last fsync/fdatasync
- * (format version 4: docs/FORMAT.md "Tail copies"); what follows that end is reported by
+ * (format version 4 and later: docs/FORMAT.md "Tail copies"); what follows that end is reported by
  * ACSecureFileRecoveredBytes. The next change of the file writes the copy back in place; 0 from
  * then on, and for an intact end.
  *
