@@ -129,9 +129,6 @@ enum OpenFiles {
             }
         }
         if r.coordinated {
-            // Records (version 5) are sealed whole while the state is still this process's alone:
-            // a coordinated state makes none, and syncs under a shared lock.
-            if !existing.coordinated, existing.ioFDWritable { try existing.compactTail() }
             try existing.ownDescription()  // a forked child's inherited description cannot hold its lock
             // An end checked without the lock may be another process's half-written one: the first
             // locked operation checks it again, even if the length then looks unchanged.

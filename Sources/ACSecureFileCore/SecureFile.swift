@@ -71,10 +71,11 @@ public final class SecureFile: @unchecked Sendable {
         default: break
         }
         try shared.ensureKeys()
-        let exclusive = access == .write || access == .truncate
+        let writes = access == .write || access == .truncate
+        let exclusive = writes || (access == .sync && shared.ioFDWritable)
         guard shared.coordinated else {
             let result = try body(shared)
-            if exclusive, let synchronized { try shared.makeDurable(synchronized) }
+            if writes, let synchronized { try shared.makeDurable(synchronized) }
             return result
         }
         try shared.beginCoordinated(exclusive: exclusive, readEnd: readEnd)
@@ -91,11 +92,13 @@ public final class SecureFile: @unchecked Sendable {
             }
         }
         try shared.finishCoordinated()
-        if exclusive, let synchronized { try shared.makeDurable(synchronized) }
+        if writes, let synchronized { try shared.makeDurable(synchronized) }
         return result
     }
 
-    private enum Access { case read, write, truncate, none }
+    /// `sync`: no access check; in coordinated mode the record lock is held exclusively when the
+    /// state can write (a sync may seal the records of the last chunk whole first: version 5).
+    private enum Access { case read, write, truncate, sync, none }
 
     /// What `fsync(2)` (`.full`) or `fdatasync(2)` (`.data`) forces to the device.
     enum Durability { case data, full }
@@ -362,13 +365,13 @@ public final class SecureFile: @unchecked Sendable {
     /// `fsync(2)`: writes buffered data, then forces the file's data and metadata to the device, so
     /// everything written before survives a power loss.
     public func sync() throws(SecureFileError) {
-        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.full) }
+        try locked(.sync) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.full) }
     }
 
     /// `fdatasync(2)`: as `sync()`, without forcing metadata that reading the data does not need
     /// (the file's length is such metadata, so growth is still made durable).
     public func datasync() throws(SecureFileError) {
-        try locked(.none) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.data) }
+        try locked(.sync) { (s: SharedFile) throws(SecureFileError) in try s.makeDurable(.data) }
     }
 
     /// Writes cached data and closes the descriptor. A second close fails with `EBADF`.

@@ -26,6 +26,7 @@ extension SharedFile {
     /// authentication or come up short, and the retry with `recheckFileID` rereads everything.
     func beginCoordinated(exclusive: Bool, readEnd: Int64? = nil, recheckFileID: Bool = false) throws(SecureFileError) {
         try checkIO(Sys.lockFile(ioFD, exclusive ? Int16(F_WRLCK) : Int16(F_RDLCK)), "lock")
+        holdsExclusiveRecordLock = exclusive
         do { try refreshFromDisk(exclusive: exclusive, readEnd: readEnd, recheckFileID: recheckFileID) } catch {
             endCoordinated()
             throw error
@@ -113,6 +114,7 @@ extension SharedFile {
     /// (that operation reported the error): another process may change the file from now on.
     func endCoordinated() {
         if runFirst >= 0 { dropRun(); size = diskSize }
+        holdsExclusiveRecordLock = false
         _ = Sys.lockFile(ioFD, Int16(F_UNLCK))
     }
 

@@ -24,7 +24,6 @@ extension SharedFile {
         if on {
             guard !coordinated else { return }
             try flushRun()  // write-back data is written through from now on
-            if ioFDWritable { try compactTail() }  // records too: a coordinated state makes none
             try ownDescription()  // a forked child's inherited description cannot hold its lock
             endCheckedWithoutLock = true  // checked again by the first locked operation
             coordinated = true

@@ -117,6 +117,9 @@ final class SharedFile: @unchecked Sendable {
     var endCheckedWithoutLock = false
     /// Other processes may write this file: every operation takes a record lock and rereads.
     var coordinated = false
+    /// Coordinated mode: this operation holds the record lock exclusively (no other process reads
+    /// or writes the file until it ends).
+    var holdsExclusiveRecordLock = false
     /// A handle asked for double writes (`SecureFile.PartialOverwrites.doubleWrite`): a chunk copy is
     /// on the device before its chunk is rewritten, and the rewrite before the call returns.
     var doubleWrite = false
@@ -331,9 +334,9 @@ final class SharedFile: @unchecked Sendable {
     /// survives a power loss with the data (a failure fails the sync, which tries it again next time).
     func makeDurable(_ durability: SecureFile.Durability) throws(SecureFileError) {
         try flushRun()
-        // A tail copy holds one sealed chunk: records are sealed whole first (version 5). (A
-        // coordinated state has none of its own: it sealed them whole when it turned coordinated.)
-        if ioFDWritable && diskShape.records > 0 && !coordinated { try compactTail() }
+        // A tail copy holds one sealed chunk: records are sealed whole first (version 5; in
+        // coordinated mode a sync of a writable state holds the record lock exclusively for it).
+        if ioFDWritable && diskShape.records > 0 && (!coordinated || holdsExclusiveRecordLock) { try compactTail() }
         try writeTailCopyIfNeeded()
         switch durability {
         case .full: try checkIO(Sys.fsync(ioFD), "fsync")

@@ -87,6 +87,25 @@ final class TailRecordTests: XCTestCase {
         }
     }
 
+    /// A coordinated handle's sync (the record lock held exclusively) seals records another handle
+    /// left into one chunk, so its tail copy holds the end; a read-only coordinated handle's sync
+    /// changes nothing (it cannot write) and still reads them.
+    func testACoordinatedSyncSealsTheRecordsWhole() throws {
+        let env = try TestEnvironment()
+        let path = env.path("coordinated")
+        let expected = try fileWithRecords(path, base: 1000, appends: [100, 100], env)
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: .processes)
+        try r.sync()
+        XCTAssertEqual(try r.readAll(), expected)
+        try r.close()
+        XCTAssertEqual(try XCTUnwrap(shape(path)).shape.records, 2, "a read-only sync writes nothing")
+        let f = try SecureFile.open(path, flags: O_RDWR, services: env.services, sharing: .processes)
+        try f.sync()
+        try f.close()
+        XCTAssertEqual(try XCTUnwrap(shape(path)).shape.records, 0)
+        XCTAssertEqual(try readBack(path, env), expected)
+    }
+
     /// At most `TailShape.maximumRecords` records: the next append seals the chunk whole again.
     func testRecordsAreBoundedAndTheNextAppendSealsThemWhole() throws {
         let env = try TestEnvironment()
