@@ -57,7 +57,9 @@ extension SharedFile {
         }
         // The length this process last left the file at. Only a header read below changes layout and
         // length, and then the file is refreshed anyway.
-        let unchanged = physical == diskEnd + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
+        // (Version 5: with records at the end, another process may have sealed them whole and
+        // appended as many bytes as that saved, so the same length may be another end.)
+        let unchanged = diskShape.records == 0 && physical == diskEnd + (pendingTailRepair == nil ? 0 : bytesAfterAuthenticatedEnd)
         // The end is checked again when the length changed, when it was last checked without the
         // lock, and when the header records a pending end: another process died in a change
         // (a cut's trailer may be down with the length unchanged).

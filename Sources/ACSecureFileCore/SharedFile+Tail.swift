@@ -31,6 +31,7 @@ extension SharedFile {
             adoptEnd(pending.end, size: pending.size, physical: physical)
             return
         }
+        if let cut = pendingEndRecorded, try takeTailCopyOfPendingCut(cut, physical: physical) { return }
         let end = diskEnd
         var trailerOnly = false
         if physical == end {

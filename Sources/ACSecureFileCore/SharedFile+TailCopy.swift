@@ -346,13 +346,18 @@ extension SharedFile {
             }
             if let mainSize {
                 // The end in place holds what this copy holds (its chunk intact in place), or the copy
-                // holds no chunk: nothing to restore.
-                guard copy.size & mask != 0 else { return false }
+                // holds no chunk: nothing to restore. Version 5's 40-byte trailer may span two
+                // sectors: a power loss may keep the new end of an append from a chunk-aligned end,
+                // and its chunk's head not, with the old trailer it was written over torn. When the
+                // end's last chunk fails, starts where such a trailer was, and is the copy's chunk or
+                // the next one, the copy is taken (also one of that aligned end: a trailer alone):
+                // that chunk holds nothing synced the copy does not.
                 let lastIndex = (mainSize - 1) >> shift
+                let overATornTrailer = !lastChunkIntact && (lastIndex == index || lastIndex == index + 1)
+                    && trailerSpansTwoSectors(size: lastIndex << shift)
+                guard copy.size & mask != 0 || overATornTrailer else { return false }
                 if index == lastIndex && lastChunkIntact { return false }
-                // (When the end's last chunk fails, beyond the synced chunk, that end holds nothing
-                // synced that the copy does not: a power loss kept its trailer, not its chunk.)
-                if index < lastIndex, lastChunkIntact, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
+                if index < lastIndex, !overATornTrailer, try chunkAuthenticatesInPlace(index, size: mainSize) { return false }
             }
             // A copy torn inside its ciphertext (its descriptor and tags whole) is no copy either.
             guard try copiesAuthenticate(copy, slot: c.slot) else { continue }
@@ -378,6 +383,29 @@ extension SharedFile {
         tailFailure = nil
         tailCopyStale = false
         return true
+    }
+
+    /// Whether the trailer of a file of `size` bytes (its last chunk sealed whole) spans two 512-byte
+    /// sectors, so a power loss may tear it: never in versions 2 to 4 (32 bytes at multiples of 32).
+    func trailerSpansTwoSectors(size: Int64) -> Bool {
+        let end = layout.physicalSize(forPlaintextSize: size)
+        return (end - Int64(layout.trailerSize)) / 512 != (end - 1) / 512
+    }
+
+    /// A cut to `x` (a chunk boundary, chunks after it) recorded as pending whose trailer does not
+    /// authenticate at its place: a power loss tore it (a version 5 trailer may span two sectors),
+    /// and the head of the chunk it was written over with it. The cut puts its copy of that end on
+    /// the device before the trailer, so when the newest complete copy is of `x` and that chunk no
+    /// longer authenticates in place, the end is taken from the copy and the cut completes (the next
+    /// change writes it back). The record is a hint, never trusted alone: an intact file whose
+    /// record an attacker set changes nothing (its chunk at `x` authenticates).
+    func takeTailCopyOfPendingCut(_ x: Int64, physical: Int64) throws(SecureFileError) -> Bool {
+        let index = x >> Int64(layout.chunkShift)
+        guard layout.hasTailRecords, hasHeader, cipher != nil, !tailCopiesChecked, x > 0, x & Int64(chunkSize - 1) == 0,
+              trailerSpansTwoSectors(size: x), physical >= layout.chunkOffset(index + 1),
+              let newest = try newestCompleteCopy(), newest.descriptor.kind == .sync, newest.descriptor.size == x,
+              try !chunkAuthenticatesInPlace(index, size: x + Int64(chunkSize)) else { return false }
+        return try takeTailCopyIfNeeded(mainSize: nil, lastChunkIntact: false, physical: physical)
     }
 
     /// Whether `copy` (its chunk copy's tag `chunkTag`) holds the end of a file of `size` as it is in place.

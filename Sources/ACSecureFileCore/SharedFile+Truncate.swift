@@ -148,8 +148,9 @@ extension SharedFile {
     /// completes it), and it stays until the cut is on the device (`settleCut`). When that chunk is
     /// the last one, the old end no longer authenticates once the trailer is down and the recovery
     /// scan finds the new end: no record is needed. Either way the trailer is on the device before
-    /// the cut (cut first, the file would end without one). The 32-byte trailer never spans two
-    /// sectors (chunk slots start at multiples of 32), so no torn write splits it.
+    /// the cut (cut first, the file would end without one). The 32-byte trailer of versions 2 to 4
+    /// never spans two sectors (chunk slots start at multiples of 32), so no torn write splits it;
+    /// version 5's 40-byte one may, so its copy goes to the device first (`writeTrailerAndCut`).
     private func cut(to length: Int64) throws(SecureFileError) {
         let shift = Int64(layout.chunkShift)
         let announced = diskSize > 0 && (diskSize - 1) >> shift > length >> shift
@@ -165,8 +166,19 @@ extension SharedFile {
         let t = ensureScratch(layout.trailerSize)
         try sealTrailer(into: t, size: length)
         try changeDisk(length) { () throws(SecureFileError) in
-            try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
-            try writeTailCopy(size: length)
+            if layout.hasTailRecords {
+                // A torn trailer (it may span two sectors) leaves the cut's copy to take the end from.
+                // (The trailer is kept outside the scratch memory, which writing the copy may use.)
+                try withUnsafeTemporaryAllocation(byteCount: layout.trailerSize, alignment: 8) { (kept) throws(SecureFileError) in
+                    kept.baseAddress!.copyMemory(from: t, byteCount: layout.trailerSize)
+                    try writeTailCopy(size: length, sealedEnd: kept.baseAddress!)
+                    try orderingBarrier("the cut's tail copy before its trailer")
+                    try checkIO(Sys.pwriteFull(ioFD, kept.baseAddress!, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
+                }
+            } else {
+                try checkIO(Sys.pwriteFull(ioFD, t, layout.trailerSize, end - Int64(layout.trailerSize)), "write trailer")
+                try writeTailCopy(size: length)
+            }
             try orderingBarrier("the new trailer before the cut")
             try checkIO(Sys.ftruncate(ioFD, end), "truncate")
         }

@@ -106,6 +106,88 @@ final class TailRecordTests: XCTestCase {
         XCTAssertEqual(try readBack(path, env), expected)
     }
 
+    /// The file's bytes with the 512-byte sector holding `offset` taken from `before`: a power loss
+    /// that did not write that sector back.
+    func withSectorFrom(_ before: [UInt8], _ after: [UInt8], at offset: Int) -> [UInt8] {
+        var torn = after
+        let lo = offset / 512 * 512, hi = min(lo + 512, before.count, after.count)
+        torn.replaceSubrange(lo..<hi, with: before[lo..<hi])
+        return torn
+    }
+
+    /// Version 5's 40-byte trailer spans two sectors at some chunk-aligned ends (12,288 bytes: at
+    /// 20,976, 496 bytes into a sector). Synced there, then appended to: a power loss that kept the
+    /// new end and the sector after the old trailer's head, not that head, leaves the new chunk's
+    /// head old and both trailers' way broken. The file returns to its last sync (the copy of the
+    /// aligned end, a trailer alone), visibly, and takes changes. (Review of stop 42: it refused them.)
+    func testAnAppendOverATornTrailerAtAnAlignedEndReturnsToTheSync() throws {
+        let env = try TestEnvironment()
+        let path = env.path("aligned")
+        let alignedEnd = layout.physicalSize(forPlaintextSize: 12_288)
+        XCTAssertNotEqual((alignedEnd - Int64(layout.trailerSize)) / 512, (alignedEnd - 1) / 512, "its trailer spans two sectors")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(plaintext(12_288), at: 0)
+        try f.sync()
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(100, 3), at: 12_288)
+        try f.close()
+        let oldTrailer = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
+        writeWholeFile(path, withSectorFrom(before, readWholeFile(path), at: oldTrailer))
+        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertTrue(try g.endRestoredFromTailCopy)
+        XCTAssertEqual(try g.size, 12_288)
+        XCTAssertEqual(try g.readAll(), plaintext(12_288))
+        _ = try g.pwrite([1], at: 12_288)
+        try g.close()
+        XCTAssertEqual(try readBack(path, env), plaintext(12_288) + [1])
+    }
+
+    /// A cut to such a boundary with chunks after it: its record and its copy are on the device
+    /// before its trailer, which a power loss tears (only the sector after the trailer's head
+    /// written back) before the cut. The old end still authenticates around the chunk the trailer's
+    /// tail went over; the record and the copy complete the cut instead of leaving that chunk
+    /// unreadable inside the old length. A record an attacker sets on an intact file changes nothing.
+    func testACutWhoseTrailerATornWriteSplitCompletesFromItsCopy() throws {
+        let env = try TestEnvironment()
+        let path = env.path("cut")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(plaintext(40_000), at: 0)
+        try f.sync()
+        try f.close()
+        let before = readWholeFile(path)
+        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        try g.truncate(to: 12_288)
+        try g.close()
+        let after = readWholeFile(path)
+        // The state before the `ftruncate`: everything of the old file, with the header's record of
+        // the cut, the cut's copy in its slot, and the trailer's second sector only.
+        var torn = before
+        torn.replaceSubrange(128..<Int(layout.dataOffset), with: after[128..<Int(layout.dataOffset)])
+        let trailerAt = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
+        let second = (trailerAt / 512 + 1) * 512
+        torn.replaceSubrange(second..<trailerAt + layout.trailerSize, with: after[second..<trailerAt + layout.trailerSize])
+        torn[108] = 1
+        torn.replaceSubrange(112..<120, with: withUnsafeBytes(of: UInt64(12_288).bigEndian, Array.init))
+        writeWholeFile(path, torn)
+        let h = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertTrue(try h.endRestoredFromTailCopy)
+        XCTAssertEqual(try h.size, 12_288)
+        XCTAssertEqual(try h.readAll(), plaintext(12_288))
+        _ = try h.pwrite([2], at: 12_288)
+        try h.close()
+        XCTAssertEqual(try readBack(path, env), plaintext(12_288) + [2])
+
+        // An attacker's record on the intact file: no effect.
+        var forged = before
+        forged[108] = 1
+        forged.replaceSubrange(112..<120, with: withUnsafeBytes(of: UInt64(12_288).bigEndian, Array.init))
+        writeWholeFile(path, forged)
+        let k = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertFalse(try k.endRestoredFromTailCopy)
+        XCTAssertEqual(try k.readAll(), plaintext(40_000))
+        try k.close()
+    }
+
     /// At most `TailShape.maximumRecords` records: the next append seals the chunk whole again.
     func testRecordsAreBoundedAndTheNextAppendSealsThemWhole() throws {
         let env = try TestEnvironment()
