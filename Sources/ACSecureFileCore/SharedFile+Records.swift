@@ -17,15 +17,18 @@ extension SharedFile {
     var diskEnd: Int64 { layout.physicalSize(forPlaintextSize: diskSize, shape: diskShape) }
 
     /// Size and end shape of a file of `physical` bytes on `fd` (version 5: read from the footer
-    /// its last 8 bytes hold), or nil when the length is not a valid end.
+    /// its last 8 bytes hold), or nil when the length is not a valid end. A version 5 footer that
+    /// names no end (a cut or damaged end) falls back to the length read as an end with no records,
+    /// as a version 4 length is: an unauthenticated size, which the end check then corrects.
     static func sizeOnDisk(_ layout: FileLayout, fd: Int32, physical: Int64) -> Result<(size: Int64, shape: TailShape)?, Errno> {
         guard layout.hasTailRecords else { return .success(layout.plaintextSize(forPhysicalSize: physical).map { ($0, .none) }) }
         guard physical >= layout.dataOffset + Int64(layout.trailerSize) else { return .success(nil) }
         var footer: UInt64 = 0
         let got = withUnsafeMutableBytes(of: &footer) { Sys.preadFull(fd, $0.baseAddress!, TailShape.footerSize, physical - Int64(TailShape.footerSize)) }
         return got.map { n in
-            guard n == TailShape.footerSize else { return nil }
-            return withUnsafeBytes(of: footer) { layout.plaintextSize(forPhysicalSize: physical, footer: $0.baseAddress!) }
+            let end = n == TailShape.footerSize
+                ? withUnsafeBytes(of: footer) { layout.plaintextSize(forPhysicalSize: physical, footer: $0.baseAddress!) } : nil
+            return end ?? layout.plaintextSize(forPhysicalSize: physical).map { ($0, .none) }
         }
     }
 

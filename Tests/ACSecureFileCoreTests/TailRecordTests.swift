@@ -115,6 +115,19 @@ final class TailRecordTests: XCTestCase {
         return torn
     }
 
+    /// The file at `path` opens restored to the `size` bytes it had at its last sync (reported), reads
+    /// them, and takes an append.
+    func assertBackAtTheSyncAndTakingAChange(_ path: String, size: Int, _ env: TestEnvironment,
+                                             file: StaticString = #filePath, line: UInt = #line) throws {
+        let f = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+        XCTAssertTrue(try f.endRestoredFromTailCopy, file: file, line: line)
+        XCTAssertEqual(try f.size, Int64(size), file: file, line: line)
+        XCTAssertEqual(try f.readAll(), plaintext(size), file: file, line: line)
+        _ = try f.pwrite([1], at: Int64(size))
+        try f.close()
+        XCTAssertEqual(try readBack(path, env), plaintext(size) + [1], file: file, line: line)
+    }
+
     /// Version 5's 40-byte trailer spans two sectors at some chunk-aligned ends (12,288 bytes: at
     /// 20,976, 496 bytes into a sector). Synced there, then appended to: a power loss that kept the
     /// new end and the sector after the old trailer's head, not that head, leaves the new chunk's
@@ -133,13 +146,7 @@ final class TailRecordTests: XCTestCase {
         try f.close()
         let oldTrailer = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
         writeWholeFile(path, withSectorFrom(before, readWholeFile(path), at: oldTrailer))
-        let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
-        XCTAssertTrue(try g.endRestoredFromTailCopy)
-        XCTAssertEqual(try g.size, 12_288)
-        XCTAssertEqual(try g.readAll(), plaintext(12_288))
-        _ = try g.pwrite([1], at: 12_288)
-        try g.close()
-        XCTAssertEqual(try readBack(path, env), plaintext(12_288) + [1])
+        try assertBackAtTheSyncAndTakingAChange(path, size: 12_288, env)
     }
 
     /// A cut to such a boundary with chunks after it: its record and its copy are on the device
@@ -169,13 +176,7 @@ final class TailRecordTests: XCTestCase {
         torn[108] = 1
         torn.replaceSubrange(112..<120, with: withUnsafeBytes(of: UInt64(12_288).bigEndian, Array.init))
         writeWholeFile(path, torn)
-        let h = try SecureFile.open(path, flags: O_RDWR, services: env.services)
-        XCTAssertTrue(try h.endRestoredFromTailCopy)
-        XCTAssertEqual(try h.size, 12_288)
-        XCTAssertEqual(try h.readAll(), plaintext(12_288))
-        _ = try h.pwrite([2], at: 12_288)
-        try h.close()
-        XCTAssertEqual(try readBack(path, env), plaintext(12_288) + [2])
+        try assertBackAtTheSyncAndTakingAChange(path, size: 12_288, env)
 
         // An attacker's record on the intact file: no effect.
         var forged = before
@@ -248,26 +249,5 @@ final class TailRecordTests: XCTestCase {
             XCTAssertThrowsError(try f.readAll(), name) { e in XCTAssertEqual((e as? SecureFileError)?.code, .badKeyOrCorruptData, name) }
             try f.close()
         }
-    }
-
-    /// A version 4 file (written before version 5) keeps its layout when appended to: no records.
-    func testAVersion4FileIsAppendedToWithoutRecords() throws {
-        let env = try TestEnvironment()
-        let path = env.path("v4")
-        writeWholeFile(path, readWholeFile(FormatVectorTests.directory + "/v4/one-byte.acsf"))
-        let keys = FixedKeyProvider(kek: try FormatVectorTests.kek())
-        let f = try SecureFile.open(path, flags: O_RDWR | O_APPEND, services: keys)
-        var expected = FormatVectorTests.plaintext(1)
-        for k in 0..<20 {
-            let b = plaintext(100, k)
-            _ = try f.write(b)
-            expected += b
-        }
-        try f.close()
-        XCTAssertEqual(try SecureFileSystem.info(path).formatVersion, 4)
-        XCTAssertEqual(Int64(readWholeFile(path).count), FileLayout(version: 4).physicalSize(forPlaintextSize: Int64(expected.count)))
-        let r = try SecureFile.open(path, flags: O_RDONLY, services: keys)
-        XCTAssertEqual(try r.readAll(), expected)
-        try r.close()
     }
 }

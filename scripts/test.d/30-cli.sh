@@ -66,8 +66,10 @@ no_temp_files() { ! ls -A "$1" | grep -qE 'acsecure-tmp|\.rotate-'; }
 # A sample: text with the marker on every line, spanning many 4 KiB chunks, plus a partial last chunk.
 for i in $(seq 1 3000); do echo "line $i $MARKER secret payroll data"; done >plain.txt
 size=$(stat -c %s plain.txt)
-# Where chunk 0 starts: the 128-byte header, then (format version 4) two tail-copy slots of 64 + 4096 + 64 bytes.
-data=$((128 + 2 * (64 + 4096 + 64)))
+# Where chunk 0 starts: the 128-byte header, then two tail-copy slots of 64 + 4096 + 32 + the
+# trailer (40 bytes in format version 5, with its footer).
+trailer=40
+data=$((128 + 2 * (64 + 4096 + 32 + trailer)))
 
 echo "cli: testing $bin in $work"
 
@@ -103,7 +105,7 @@ export ACSECURE_PASSCODE="$PASS1"
 run 0 "encrypt" encrypt plain.txt a.acsf
 clean_output "encrypt"
 expect "ciphertext does not contain the plaintext" bash -c "! grep -q '$MARKER' a.acsf"
-expect "ciphertext is header + tail-copy slots + chunks + trailer" test "$(stat -c %s a.acsf)" = $((data + size + 32 * ((size + 4095) / 4096) + 32))
+expect "ciphertext is header + tail-copy slots + chunks + trailer" test "$(stat -c %s a.acsf)" = $((data + size + 32 * ((size + 4095) / 4096) + trailer))
 run 1 "encrypt refuses to overwrite" encrypt plain.txt a.acsf
 expect "refusal names the file" grep -q "a.acsf" err
 run 0 "encrypt --force overwrites" encrypt --force plain.txt a.acsf
