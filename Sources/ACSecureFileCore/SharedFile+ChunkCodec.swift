@@ -105,6 +105,17 @@ extension SharedFile {
 
     /// Whether the trailer at `t` authenticates a file of `size` bytes whose end is laid out as
     /// `shape` says (version 5: the footer it ends with must say so too).
+    /// Seals `length` bytes of `plaintext` as chunk `index`, the last chunk of a file of `size`
+    /// bytes, and its trailer right after it, into `buf` (`length + chunkOverhead + trailerSize`
+    /// bytes): an end as version 4 lays it out, chunk and trailer under one selector.
+    func sealLastChunkAndTrailer(into buf: UnsafeMutableRawPointer, index: Int64, plaintext: UnsafeRawPointer, length: Int,
+                                 size: Int64, cipher: ChunkKeys) throws(SecureFileError) {
+        try reserveLastChunkAndTrailerSeals(cipher: cipher)
+        NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
+        try sealChunk(buf, index: index, plaintext: plaintext, count: length, cipher: cipher)
+        try sealTrailer(into: buf + length + layout.chunkOverhead, size: size)
+    }
+
     func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64, shape: TailShape = .none) -> Bool {
         guard let cipher, let context = cipher.context(forSelector: selector(at: t)) else { return false }
         let n = t + layout.selectorSize

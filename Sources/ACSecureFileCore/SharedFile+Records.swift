@@ -93,13 +93,6 @@ extension SharedFile {
         }
     }
 
-    /// Whether an append of `count` bytes at `offset` can be a record: write-through, at the end,
-    /// inside a short last chunk that it does not fill, with nothing else pending on the end.
-    @inline(__always)
-    func canAppendRecord(count: Int, at offset: Int64) -> Bool {
-        canAppendToRecords(at: offset) && Int(diskSize & Int64(chunkSize - 1)) + count < chunkSize
-    }
-
     /// Whether an append at `offset` may build on the end as it is (records or not): write-through,
     /// at the end, inside a short last chunk whose plaintext is cached, nothing pending on the end.
     @inline(__always)
@@ -145,8 +138,6 @@ extension SharedFile {
         let newSize = diskSize + Int64(count)
         let newShape = TailShape(records: diskShape.records + 1, recordBytes: diskShape.recordBytes + count)
         try sealTrailer(into: buf + count + TailShape.recordOverhead, size: newSize, shape: newShape)
-        // What the cache holds stays true: the chunk's plaintext grows by these bytes.
-        let cached = cacheIndex == index && cacheLength == offset
         do {
             if Self.withinOnePage(at, Int64(total)) {
                 try checkIO(Sys.pwriteFull(ioFD, buf, total, at), "write")
@@ -162,12 +153,9 @@ extension SharedFile {
         diskShape = newShape
         size = newSize
         tailCopyStale = true
-        if cached {
-            (cacheBase + offset).copyMemory(from: buffer, byteCount: count)
-            cacheLength = offset + count
-        } else if cacheIndex == index {
-            dropCache()
-        }
+        // The cache holds the chunk (`canAppendToRecords`): its plaintext grows by these bytes.
+        (cacheBase + offset).copyMemory(from: buffer, byteCount: count)
+        cacheLength = offset + count
         readCacheDrop(from: index)
         return true
     }
@@ -189,17 +177,12 @@ extension SharedFile {
         let buf = ensureScratch(count0 + total)
         let copy = buf + total
         // The old end as one sealed chunk and its trailer, for the copy.
-        try reserveLastChunkAndTrailerSeals(cipher: cipher)
-        NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: copy + layout.selectorSize, count: FileLayout.nonceSize))
-        try sealChunk(copy, index: index, plaintext: cacheBase, count: remainder, cipher: cipher)
-        try sealTrailer(into: copy + remainder + layout.chunkOverhead, size: diskSize)
+        try sealLastChunkAndTrailer(into: copy, index: index, plaintext: cacheBase, length: remainder, size: diskSize, cipher: cipher)
         // The full chunk and the trailer of the new end.
         (cacheBase + remainder).copyMemory(from: buffer, byteCount: fill)
         let newSize = diskSize + Int64(fill)
-        NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
         do {
-            try sealChunk(buf, index: index, plaintext: cacheBase, count: chunkSize, cipher: cipher)
-            try sealTrailer(into: buf + physicalChunk, size: newSize)
+            try sealLastChunkAndTrailer(into: buf, index: index, plaintext: cacheBase, length: chunkSize, size: newSize, cipher: cipher)
         } catch {
             dropCache()
             throw error
@@ -240,10 +223,7 @@ extension SharedFile {
         }
         let count = length + layout.chunkOverhead + layout.trailerSize
         let buf = ensureScratch(count)
-        try reserveLastChunkAndTrailerSeals(cipher: cipher)
-        NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
-        try sealChunk(buf, index: index, plaintext: cacheBase, count: length, cipher: cipher)
-        try sealTrailer(into: buf + length + layout.chunkOverhead, size: diskSize)
+        try sealLastChunkAndTrailer(into: buf, index: index, plaintext: cacheBase, length: length, size: diskSize, cipher: cipher)
         let from = layout.chunkOffset(index)
         let newEnd = layout.physicalSize(forPlaintextSize: diskSize)
         do {

@@ -57,11 +57,8 @@ extension SharedFile {
                 let bytes = lastLength + layout.chunkOverhead + layout.trailerSize
                 let buf = ensureScratch(bytes)
                 guard let cipher else { throw .ace(.noKeys, "\(path): no key") }
-                NonceGenerator.fill(UnsafeMutableRawBufferPointer(start: buf + layout.selectorSize, count: FileLayout.nonceSize))
-                try reserveLastChunkAndTrailerSeals(cipher: cipher)
-                try sealChunk(buf, index: lastIndex, plaintext: workBase, count: lastLength, cipher: cipher)
-                work.wipe()
-                try sealTrailer(into: buf + lastLength + layout.chunkOverhead, size: length)
+                defer { work.wipe() }
+                try sealLastChunkAndTrailer(into: buf, index: lastIndex, plaintext: workBase, length: lastLength, size: length, cipher: cipher)
                 try changeDisk(length) { () throws(SecureFileError) in
                     // On the device before the chunk is rewritten: the record, when chunks follow it
                     // (the old end still authenticates around the rewritten chunk: the record tells a
