@@ -324,8 +324,10 @@ public final class SecureFile: @unchecked Sendable {
     /// The end was taken from a tail copy when the file was opened (version 4, after a power loss
     /// tore the end or the chunk the copy holds, or tampering there): the file is as it was at the
     /// last `fsync`/`fdatasync` that wrote the copy, every byte after that end is reported in
-    /// `bytesAfterAuthenticatedEnd`, and the next change writes the copy back in place. True
-    /// until then; never silent (docs/FORMAT.md "Tail copies").
+    /// `bytesAfterAuthenticatedEnd`, and the next change writes the copy back in place. Also true
+    /// when a version 5 file was taken back to the chunk boundary where its failing last chunk,
+    /// which no sync covered, starts (a torn append from there: docs/FORMAT.md "Trailers that span
+    /// two sectors"); the next change seals a trailer there. True until then; never silent.
     public var endRestoredFromTailCopy: Bool {
         get throws(SecureFileError) {
             try locked(.none) { (s: SharedFile) throws(SecureFileError) -> Bool in

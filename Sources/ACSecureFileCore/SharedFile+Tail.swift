@@ -53,6 +53,8 @@ extension SharedFile {
             // The length authenticates but the last chunk does not, and no earlier end does: the
             // chunk itself was damaged (or its rewrite torn: then the last sync's copy has it).
             if try takeTailCopyIfNeeded(mainSize: diskSize, lastChunkIntact: false, physical: physical) { return }
+            // Or a torn append from an aligned end left it (version 5): the end before it.
+            if try takeAlignedEndBelowATornAppend(physical: physical) { return }
             // Reading it fails; the length stands.
             tailVerified = true
             return
@@ -84,6 +86,9 @@ extension SharedFile {
     func requireAuthenticatedEnd() throws(SecureFileError) {
         guard hasHeader else { return }
         try verifyTrailerIfNeeded()
+        // An end taken back to a chunk boundary gets its trailer before the change seals anything:
+        // the cut that writes it uses the scratch memory.
+        if case .alignedEnd = restoredTail { try repairTornTailIfNeeded() }
     }
 
     enum EndCheck { case intact, lastChunkFails, trailerFails }
@@ -241,8 +246,14 @@ extension SharedFile {
     /// Cuts off what an interrupted extension left after the last complete file, before the file changes.
     func repairTornTailIfNeeded() throws(SecureFileError) {
         guard let end = pendingTailRepair else { return }
-        try writeRestoredTailBack()
-        try checkIO(Sys.ftruncate(ioFD, end), "truncate torn tail")
+        if case .alignedEnd = restoredTail {
+            // No copy to write back: a trailer at the boundary, ordered like any cut's.
+            try writeTrailerAndCut(to: diskSize)
+            restoredTail = nil
+        } else {
+            try writeRestoredTailBack()
+            try checkIO(Sys.ftruncate(ioFD, end), "truncate torn tail")
+        }
         pendingTailRepair = nil
         bytesAfterAuthenticatedEnd = 0
     }

@@ -16,9 +16,12 @@ import ACSystemCalls
 /// chunk a copy holds unreadable in place, or no end at all, takes the newest complete copy's end:
 /// the file as it was at the last sync, every synced byte readable, the rest reported as bytes
 /// after the authenticated end and cut off (the copy written back in place) at the next change.
-struct RestoredTail {
+enum RestoredTail {
     /// The slot whose copies are the file's last chunk and trailer until they are written back.
-    let slot: Int
+    case copy(slot: Int)
+    /// A chunk boundary the file had in place below a failing last chunk, its trailer torn (version
+    /// 5, `takeAlignedEndBelowATornAppend`): a trailer is sealed there anew and the file cut after it.
+    case alignedEnd
 }
 
 extension SharedFile {
@@ -370,7 +373,7 @@ extension SharedFile {
         size = max(copy.size, runEnd)
         dropCache()
         dropReadCache()
-        restoredTail = RestoredTail(slot: slot)
+        restoredTail = .copy(slot: slot)
         tailCopySequence = copy.sequence
         // Written back in place before the next copy (`repairTornTailIfNeeded` comes first), which
         // may then go over it if it is a rewrite's.
@@ -408,6 +411,54 @@ extension SharedFile {
         return try takeTailCopyIfNeeded(mainSize: nil, lastChunkIntact: false, physical: physical)
     }
 
+    /// The end in place authenticates but its last chunk does not, and no copy holds an end to
+    /// return to (`takeTailCopyIfNeeded` found none). In version 5 that is what a power loss leaves
+    /// of an append from a chunk-aligned end whose 40-byte trailer spans two sectors, more than one
+    /// chunk after the last sync: the append's new end down, its chunk's head not, and the old
+    /// trailer under that head torn (its second sector written back). The chunk boundary where
+    /// the failing chunk starts was then the file's end, every chunk below it in place: when the
+    /// chunk before it authenticates and the last sync ended at or below the boundary (its copy
+    /// says so: the failing chunk holds no byte a sync made durable), the file is taken back to
+    /// that boundary, visibly (as from a copy: `endRestoredFromTailCopy`), and the next change
+    /// seals a trailer there and cuts the failing chunk off (`repairTornTailIfNeeded`). Only at
+    /// such boundaries: elsewhere a trailer never tears. A last chunk holding synced bytes that
+    /// fails stays at its length, reading as corrupt until a whole-chunk write repairs it (issue
+    /// 24 item 4: damage never moves the end over synced bytes).
+    ///
+    /// An attacker who damages such a chunk gets the same: the file shorter by bytes no sync
+    /// covered, reported, where it would read them as corrupt — never silently, and never below an
+    /// end the chunks in place authenticate.
+    func takeAlignedEndBelowATornAppend(physical: Int64) throws(SecureFileError) -> Bool {
+        guard layout.hasTailRecords, hasHeader, cipher != nil, diskSize > 0 else { return false }
+        let shift = Int64(layout.chunkShift)
+        let lastIndex = (diskSize - 1) >> shift
+        let aligned = lastIndex << shift
+        guard lastIndex > 0, trailerSpansTwoSectors(size: aligned),
+              let synced = try newestSyncCopySize(), synced <= aligned,
+              try chunkAuthenticatesInPlace(lastIndex - 1, size: aligned) else { return false }
+        let end = layout.physicalSize(forPlaintextSize: aligned)
+        diskSize = aligned
+        size = max(aligned, runEnd)
+        dropCache()
+        dropReadCache()
+        restoredTail = .alignedEnd
+        pendingTailRepair = end
+        bytesAfterAuthenticatedEnd = max(0, physical - end)
+        tailVerified = true
+        tailFailure = nil
+        return true
+    }
+
+    /// The size the newest sync's copy that authenticates holds (a sync's, a cut's or the
+    /// creation's: what was last made durable), nil when none does. One longer than the file is a
+    /// sync's that did not complete (its copy went first): the one before it is the last sync.
+    private func newestSyncCopySize() throws(SecureFileError) -> Int64? {
+        for c in try tailCopies() where c.descriptor.kind == .sync && c.descriptor.size <= diskSize {
+            if try copiesAuthenticate(c.descriptor, slot: c.slot) { return c.descriptor.size }
+        }
+        return nil
+    }
+
     /// Whether `copy` (its chunk copy's tag `chunkTag`) holds the end of a file of `size` as it is in place.
     private func tailCopy(_ copy: TailCopyDescriptor, _ chunkTag: [UInt8]?, isTheEndAt size: Int64) throws(SecureFileError) -> Bool {
         guard copy.size == size else { return false }
@@ -436,24 +487,24 @@ extension SharedFile {
     /// The last chunk while it is read from a tail copy (nil when the file's size ends a full chunk:
     /// then only the trailer is restored).
     var restoredChunkIndex: Int64? {
-        guard restoredTail != nil, diskSize & Int64(chunkSize - 1) != 0 else { return nil }
+        guard case .copy = restoredTail, diskSize & Int64(chunkSize - 1) != 0 else { return nil }
         return diskSize >> Int64(layout.chunkShift)
     }
 
     /// The restored last chunk, read from its copy (`readChunksFromDisk`): `buf` gets its
     /// `chunkOverhead + length` sealed bytes.
     func readRestoredChunk(into buf: UnsafeMutableRawPointer, count: Int) throws(SecureFileError) -> Bool {
-        guard let restoredTail else { return false }
-        let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.tailCopyOffset(restoredTail.slot) + Int64(TailCopyDescriptor.size)), "read the tail copy")
+        guard case .copy(let slot) = restoredTail else { return false }
+        let got = try checkIO(Sys.preadFull(ioFD, buf, count, layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)), "read the tail copy")
         return got == count
     }
 
     /// Writes the restored end back in place (the copies of the last chunk and trailer, where the
     /// end of a file of `diskSize` bytes has them); the caller then cuts the file there.
     func writeRestoredTailBack() throws(SecureFileError) {
-        guard let restoredTail else { return }
+        guard case .copy(let slot) = restoredTail else { return }
         let (_, total) = tailCopyLength(size: diskSize)
-        let from = layout.tailCopyOffset(restoredTail.slot) + Int64(TailCopyDescriptor.size)
+        let from = layout.tailCopyOffset(slot) + Int64(TailCopyDescriptor.size)
         let end = layout.physicalSize(forPlaintextSize: diskSize)
         // Not in the scratch memory: the write path calls this with its sealed chunks there.
         try withUnsafeTemporaryAllocation(byteCount: total, alignment: 16) { (buf) throws(SecureFileError) in

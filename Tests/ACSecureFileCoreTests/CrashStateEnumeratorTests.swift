@@ -66,6 +66,16 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try w.append(f, 9000); try w.sync(f)
             try f.close()
         },
+        // Version 5: 12,288 bytes is a chunk-aligned end whose 40-byte trailer spans two
+        // sectors, reached more than one chunk after the last sync; the append from it tears
+        // between them (stop 42's known gap: the file kept a last chunk that never reads).
+        Workload(name: "append-past-aligned-end", expected: .clean, initial: 4000) { w in
+            let f = try w.open(O_RDWR)
+            try w.append(f, 100); try w.sync(f)
+            try w.append(f, 8188)
+            try w.append(f, 100); try w.append(f, 300); try w.sync(f)
+            try f.close()
+        },
         Workload(name: "append-large", expected: .clean, initial: 5000) { w in
             let f = try w.open(O_RDWR)
             try w.append(f, 20_000); try w.sync(f)

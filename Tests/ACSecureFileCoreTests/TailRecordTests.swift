@@ -149,6 +149,73 @@ final class TailRecordTests: XCTestCase {
         try assertBackAtTheSyncAndTakingAChange(path, size: 12_288, env)
     }
 
+    /// The same torn append more than one chunk after the last sync (synced at 4,000 bytes, then
+    /// two chunks appended unsynced): no copy holds the aligned end. The file had it in place, every
+    /// chunk below it authenticating, so it returns to it, visibly, with the unsynced chunks
+    /// below it kept, and takes changes; the next change seals a trailer there (the cut's copy and
+    /// barriers) and cuts the failing chunk off. (The known gap of stop 42: it stayed at its new
+    /// length, that chunk unreadable, and refused appends.)
+    func testAnAppendOverATornTrailerAtAnAlignedEndChunksAfterTheSyncReturnsToThatEnd() throws {
+        let env = try TestEnvironment()
+        let path = env.path("aligned-later")
+        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+        _ = try f.pwrite(plaintext(4_000), at: 0)
+        try f.sync()
+        _ = try f.pwrite(Array(plaintext(12_288)[4_000...]), at: 4_000)
+        let before = readWholeFile(path)
+        _ = try f.pwrite(plaintext(100, 3), at: 12_288)
+        try f.close()
+        let oldTrailer = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
+        writeWholeFile(path, withSectorFrom(before, readWholeFile(path), at: oldTrailer))
+        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        XCTAssertTrue(try r.endRestoredFromTailCopy, "reported")
+        XCTAssertEqual(try r.size, 12_288)
+        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 100 + Int64(layout.chunkOverhead), "the failing chunk")
+        XCTAssertEqual(try r.readAll(), plaintext(12_288))
+        try r.close()
+        XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_388), "a read-only open writes nothing")
+        try assertBackAtTheSyncAndTakingAChange(path, size: 12_288, env)
+        XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_289))
+    }
+
+    /// Damage, not a torn append, of a last chunk starting at such a boundary: taken back to the
+    /// boundary only when no sync covered a byte of it. Synced (in place and in the sync's copy)
+    /// and damaged in place, the copy gives it back at its length; both damaged, it stays at its
+    /// length, reading as corrupt, and a whole-chunk write repairs it — the end never moves over
+    /// synced bytes. Not synced: back at the boundary, reported.
+    func testADamagedLastChunkAtSuchABoundaryMovesTheEndOnlyOverUnsyncedBytes() throws {
+        let env = try TestEnvironment()
+        let size = 12_288 + 777
+        let chunkHead = Int(layout.chunkOffset(3))
+        for synced in [true, false] {
+            let path = env.path("damaged-\(synced)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+            _ = try f.pwrite(plaintext(size), at: 0)
+            if synced { try f.sync() }
+            try f.close()
+            var bytes = readWholeFile(path)
+            bytes[chunkHead + 20] ^= 0x40
+            writeWholeFile(path, bytes)
+            let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertTrue(try r.endRestoredFromTailCopy, "synced: \(synced)")
+            XCTAssertEqual(try r.size, Int64(synced ? size : 12_288), "synced: \(synced)")
+            XCTAssertEqual(try r.readAll(), Array(plaintext(size).prefix(synced ? size : 12_288)))
+            try r.close()
+            guard synced else { continue }
+            // The sync's copy damaged too: nothing to take; the length stands.
+            let copies = (0..<2).map { Int(layout.tailCopyOffset($0)) + TailCopyDescriptor.size + 20 }
+            for at in copies { bytes[at] ^= 0x40 }
+            writeWholeFile(path, bytes)
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services)
+            XCTAssertFalse(try g.endRestoredFromTailCopy)
+            XCTAssertEqual(try g.size, Int64(size))
+            XCTAssertThrowsError(try g.pread(count: 10, at: 12_288))
+            _ = try g.pwrite(plaintext(777, 9), at: 12_288)
+            try g.close()
+            XCTAssertEqual(try readBack(path, env), plaintext(12_288) + plaintext(777, 9))
+        }
+    }
+
     /// A cut to such a boundary with chunks after it: its record and its copy are on the device
     /// before its trailer, which a power loss tears (only the sector after the trailer's head
     /// written back) before the cut. The old end still authenticates around the chunk the trailer's

@@ -419,9 +419,12 @@ off_t ACSecureFileRecoveredBytes(int fd);
  * Whether the file's end was restored from its tail copy when it was opened: 1 when its end, or
  * the short last chunk its last sync copied, did not authenticate in place (a power loss tore it,
  * or the file was cut or damaged there) and the file is as it was at its last fsync/fdatasync
- * (format version 4 and later: docs/FORMAT.md "Tail copies"); what follows that end is reported by
- * ACSecureFileRecoveredBytes. The next change of the file writes the copy back in place; 0 from
- * then on, and for an intact end.
+ * (format version 4 and later: docs/FORMAT.md "Tail copies"); also 1 when a version 5 file was
+ * taken back to the chunk boundary where its failing last chunk starts, none of whose bytes a sync
+ * covered (a power loss tore the append that wrote it: docs/FORMAT.md "Trailers that span two
+ * sectors"). What follows that end is reported by ACSecureFileRecoveredBytes. The next change of
+ * the file writes the copy back in place (or seals a trailer at that boundary); 0 from then on,
+ * and for an intact end.
  *
  * Returns 1 or 0, or -1 with errno EBADF (unknown descriptor), EACCES (no keys), EIO.
  */
