@@ -32,6 +32,9 @@ final class CrashStateEnumeratorTests: XCTestCase {
         /// workload creates the file.
         var initial: Int?
         var run: (CrashWorkloadRun) throws -> Void
+        /// Runs before the recording (not recorded), and may leave the file in a state of its own
+        /// making (`CrashWorkloadRun.restart`): the recording starts from it.
+        var setUp: ((CrashWorkloadRun) throws -> Void)? = nil
     }
 
     static let chunk = 4096
@@ -76,6 +79,27 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try w.append(f, 100); try w.append(f, 300); try w.sync(f)
             try f.close()
         },
+        // The first change after that torn append seals a trailer at the aligned end the way a
+        // cut does (its copy, a barrier, the trailer, a barrier, the cut): every state of it, and
+        // of the appends after it, keeps the 12,288 bytes the file was taken back to.
+        Workload(name: "repair-aligned-end", expected: .clean, initial: 4000, run: { w in
+            let f = try w.open(O_RDWR)
+            try w.append(f, 100); try w.append(f, 300); try w.sync(f)
+            try f.close()
+        }, setUp: { w in
+            let f = try w.open(O_RDWR)
+            try w.append(f, 100); try w.sync(f)
+            try w.append(f, 8188)
+            let before = readWholeFile(w.path)
+            try w.append(f, 100)
+            try f.close()
+            // Only the old trailer's second sector written back: its head, and the new chunk's, old.
+            let trailer = Int(FileLayout().physicalSize(forPlaintextSize: 12_288)) - FileLayout().trailerSize
+            var torn = readWholeFile(w.path)
+            let lo = trailer / 512 * 512
+            torn.replaceSubrange(lo..<lo + 512, with: before[lo..<lo + 512])
+            try w.restart(from: torn, plaintext: 12_288)
+        }),
         Workload(name: "append-large", expected: .clean, initial: 5000) { w in
             let f = try w.open(O_RDWR)
             try w.append(f, 20_000); try w.sync(f)
@@ -178,6 +202,7 @@ final class CrashStateEnumeratorTests: XCTestCase {
 
     func enumerate(_ workload: Workload, env: TestEnvironment, limits: CrashEnumerationLimits) throws -> Counts {
         let run = try CrashWorkloadRun(env: env, name: workload.name, initial: workload.initial, full: limits.full)
+        try workload.setUp?(run)
         try run.record { try workload.run(run) }
         let epochs = crashEpochs(base: run.base, initialModel: run.initialModel, events: run.events)
         // The recording is complete: replayed on the bytes it started from, it gives the file's bytes.
@@ -307,9 +332,9 @@ final class CrashStateEnumeratorTests: XCTestCase {
 final class CrashWorkloadRun {
     let env: TestEnvironment
     let path: String
-    let initialModel: [UInt8]
+    private(set) var initialModel: [UInt8]
     /// The file's physical bytes when the recording starts.
-    let base: [UInt8]
+    private(set) var base: [UInt8]
     private(set) var events: [CrashEvent] = []
     private(set) var model: [UInt8]
     private var rng: SplitMix64
@@ -342,6 +367,17 @@ final class CrashWorkloadRun {
         var st = stat()
         guard stat(path, &st) == 0 else { throw TestSupportError("stat \(path)", errno: errno) }
         identity = .init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    }
+
+    /// Puts `bytes` in the file (a state a crash left, made by a workload's `setUp`) and starts the
+    /// recording's model from its first `plaintext` bytes, all of them taken as durable: whatever
+    /// the engine takes that state to be, the calls recorded after it must keep them.
+    func restart(from bytes: [UInt8], plaintext: Int) throws {
+        writeWholeFile(path, bytes)
+        base = bytes
+        model = Array(model.prefix(plaintext))
+        initialModel = model
+        events = []
     }
 
     /// How many rounds a workload's loop makes: `sample` in the test command, `full` in the long run.
