@@ -130,6 +130,51 @@ final class DurabilityCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
 
+    /// A version 5 file whose append from 12,288 bytes (an aligned end whose 40-byte trailer spans
+    /// two sectors), two chunks after its last sync, was torn by a power loss (only the old
+    /// trailer's second sector written back): the open takes it back to 12,288 and says so through
+    /// every C call that reports an end (docs/FORMAT.md "Trailers that span two sectors"); the
+    /// next write seals a trailer there and goes on.
+    func testATornAppendTakenBackToAnAlignedEndIsReportedAfterOpen() throws {
+        let path = directory + "/aligned"
+        let data = (0..<12_388).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let fd = ACSecureFile_openWithMode(path, O_RDWR | O_CREAT, 0o600)
+        XCTAssertEqual(data.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress, 4000) }, 4000)
+        XCTAssertEqual(ACSecureFileFsync(fd), 0)
+        XCTAssertEqual(data.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress! + 4000, 8288) }, 8288)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertEqual(data.withUnsafeBytes { ACSecureFileWrite(fd, $0.baseAddress! + 12_288, 100) }, 100)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        var torn = try Data(contentsOf: URL(fileURLWithPath: path))
+        let sector = (physical(12_288) - FileLayout().trailerSize) / 512 * 512
+        torn.replaceSubrange(sector..<sector + 512, with: before[sector..<sector + 512])
+        try torn.write(to: URL(fileURLWithPath: path))
+
+        let again = ACSecureFile_openWithMode(path, O_RDWR, 0)
+        XCTAssertGreaterThanOrEqual(again, 0)
+        XCTAssertEqual(ACSecureFileLastError(again), Int32(ACE_BAD_KEY_OR_CORRUPT_DATA_ERROR.rawValue), "visible after open")
+        XCTAssertEqual(ACSecureFileEndRestored(again), 1)
+        XCTAssertEqual(ACSecureFileRecoveredBytes(again), off_t(physical(12_388) - physical(12_288)))
+        var st = stat()
+        XCTAssertEqual(ACSecureFstat(again, &st), 0)
+        XCTAssertEqual(st.st_size, 12_288)
+        var back = [UInt8](repeating: 0, count: 12_388)
+        XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(again, $0.baseAddress, 12_388, 0) }, 12_288)
+        XCTAssertEqual(Array(back.prefix(12_288)), Array(data.prefix(12_288)))
+        XCTAssertEqual(ACSecureFileLseek(again, 0, SEEK_END), 12_288)
+        XCTAssertEqual([UInt8](repeating: 9, count: 50).withUnsafeBytes { ACSecureFileWrite(again, $0.baseAddress, 50) }, 50)
+        XCTAssertEqual(ACSecureFileEndRestored(again), 0, "the write sealed a trailer at 12,288 first")
+        XCTAssertEqual(ACSecureFileRecoveredBytes(again), 0)
+        XCTAssertEqual(ACSecureFileClose(again), 0)
+        XCTAssertEqual(physicalSize("aligned"), physical(12_338))
+        let reread = ACSecureFile_openWithMode(path, O_RDONLY, 0)
+        XCTAssertEqual(ACSecureFileLastError(reread), Int32(ACE_NO_ERROR.rawValue))
+        XCTAssertEqual(ACSecureFileEndRestored(reread), 0)
+        XCTAssertEqual(back.withUnsafeMutableBytes { ACSecureFilePread(reread, $0.baseAddress, 12_388, 0) }, 12_338)
+        XCTAssertEqual(Array(back.prefix(12_338)), Array(data.prefix(12_288)) + [UInt8](repeating: 9, count: 50))
+        XCTAssertEqual(ACSecureFileClose(reread), 0)
+    }
+
     /// A file whose end does not authenticate (what a power loss leaves when an append from a
     /// chunk-aligned end tore over the old trailer) takes an end vouched for by the caller, on a
     /// chunk boundary within its bytes, and accepts changes again; the acsecure VFS vouches with a
