@@ -157,25 +157,34 @@ final class TailRecordTests: XCTestCase {
     /// length, that chunk unreadable, and refused appends.)
     func testAnAppendOverATornTrailerAtAnAlignedEndChunksAfterTheSyncReturnsToThatEnd() throws {
         let env = try TestEnvironment()
-        let path = env.path("aligned-later")
-        let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
-        _ = try f.pwrite(plaintext(4_000), at: 0)
-        try f.sync()
-        _ = try f.pwrite(Array(plaintext(12_288)[4_000...]), at: 4_000)
-        let before = readWholeFile(path)
-        _ = try f.pwrite(plaintext(100, 3), at: 12_288)
-        try f.close()
-        let oldTrailer = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
-        writeWholeFile(path, withSectorFrom(before, readWholeFile(path), at: oldTrailer))
-        let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
-        XCTAssertTrue(try r.endRestoredFromTailCopy, "reported")
-        XCTAssertEqual(try r.size, 12_288)
-        XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 100 + Int64(layout.chunkOverhead), "the failing chunk")
-        XCTAssertEqual(try r.readAll(), plaintext(12_288))
-        try r.close()
-        XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_388), "a read-only open writes nothing")
-        try assertBackAtTheSyncAndTakingAChange(path, size: 12_288, env)
-        XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_289))
+        // Also through coordinated handles, which check the end again under the record lock.
+        for sharing in [SecureFile.Sharing.thisProcess, .processes] {
+            let path = env.path("aligned-later-\(sharing)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services)
+            _ = try f.pwrite(plaintext(4_000), at: 0)
+            try f.sync()
+            _ = try f.pwrite(Array(plaintext(12_288)[4_000...]), at: 4_000)
+            let before = readWholeFile(path)
+            _ = try f.pwrite(plaintext(100, 3), at: 12_288)
+            try f.close()
+            let oldTrailer = Int(layout.physicalSize(forPlaintextSize: 12_288)) - layout.trailerSize
+            writeWholeFile(path, withSectorFrom(before, readWholeFile(path), at: oldTrailer))
+            let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services, sharing: sharing)
+            XCTAssertTrue(try r.endRestoredFromTailCopy, "reported (\(sharing))")
+            XCTAssertEqual(try r.size, 12_288)
+            XCTAssertEqual(try r.bytesAfterAuthenticatedEnd, 100 + Int64(layout.chunkOverhead), "the failing chunk")
+            XCTAssertEqual(try r.readAll(), plaintext(12_288))
+            try r.close()
+            XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_388), "a read-only open writes nothing")
+            let g = try SecureFile.open(path, flags: O_RDWR, services: env.services, sharing: sharing)
+            XCTAssertTrue(try g.endRestoredFromTailCopy, "\(sharing)")
+            XCTAssertEqual(try g.readAll(), plaintext(12_288))
+            _ = try g.pwrite([1], at: 12_288)
+            XCTAssertFalse(try g.endRestoredFromTailCopy, "\(sharing)")
+            try g.close()
+            XCTAssertEqual(try readBack(path, env), plaintext(12_288) + [1], "\(sharing)")
+            XCTAssertEqual(Int64(readWholeFile(path).count), layout.physicalSize(forPlaintextSize: 12_289))
+        }
     }
 
     /// Damage, not a torn append, of a last chunk starting at such a boundary: taken back to the
