@@ -18,7 +18,7 @@
 #       only (the store created with ACSECURE_CREATE_STORE=1), once (as root) with the Swift
 #       toolchain's runtime directory hidden: the library must not need it; Benchmarks/c/open-cost.c
 #       (200 opens, no timing assertion: it must build and run), seq-write.c, fsync-timing.c, cut-cost.c, sync-cost.c,
-#       parallel-read.c, journal-pattern.c, per-call.c, overwrite-cost.c, double-write.c and kill-tear.c (one short round
+#       parallel-read.c, journal-pattern.c, per-call.c, overwrite-cost.c, double-write.c, writeback-append.c and kill-tear.c (one short round
 #       each, likewise; kill-tear.c's 100 random kills of an appender, and of an overwriter, 50 of overwriters of 4, 8, 16
 #       and 64 KiB of whole chunks, and 50 of an overwriter with double writes, must leave no unreadable chunk).
 # environment: SWIFT_SCRATCH_PATH (default .build), CC (default cc), KEEP=1 keeps the temp dir,
@@ -66,6 +66,7 @@ build per-call "$root/Benchmarks/c/per-call.c"
 build overwrite-cost "$root/Benchmarks/c/overwrite-cost.c"
 build kill-tear "$root/Benchmarks/c/kill-tear.c"
 build double-write "$root/Benchmarks/c/double-write.c"
+build writeback-append "$root/Benchmarks/c/writeback-append.c"
 
 # The binaries find libACSecureFile.so through the rpath from the .pc file only.
 unset LD_LIBRARY_PATH
@@ -150,6 +151,7 @@ mkdir "$work/open-cost-files" && "$work/open-cost" "$work/open-cost-files" 200 |
 "$work/per-call" "$work/open-cost-files" 1 50 >/dev/null || status=1
 "$work/overwrite-cost" "$work/open-cost-files" 1 >/dev/null || status=1
 "$work/double-write" "$work/open-cost-files" 1 5 >/dev/null || status=1
+"$work/writeback-append" "$work/open-cost-files" 1 2000 >/dev/null || status=1
 # A SIGKILL at a random moment must never leave an appender's or an overwriter's file with a chunk
 # that does not read or a byte it never had (before stop 36 about 8 % of kills of an appender did,
 # before stop 37 about 5 % of an overwriter's: the chance that 100 pass by luck is about 2 in
