@@ -41,6 +41,8 @@ final class SealingPool: @unchecked Sendable {
     private static let current = Atomic<Int>(0)
     /// Pieces the helpers have sealed in this process (observable by tests).
     static let piecesSealedByHelpers = Atomic<Int>(0)
+    /// Batches offered to the helpers in this process (observable by tests).
+    static let batchesOffered = Atomic<Int>(0)
 
     /// Helper threads (the writing thread seals too).
     let helpers: Int
@@ -78,6 +80,7 @@ final class SealingPool: @unchecked Sendable {
         }
         self.job = job
         offered &+= 1
+        Self.batchesOffered.add(1, ordering: .relaxed)
         published.store(offered, ordering: .releasing)
         if sleepers > 0 { pthread_cond_broadcast(wake) }
         return true

@@ -252,11 +252,13 @@ extension SharedFile {
                                      chunks: chunks.count, keepsOldBytes: keepsOldBytes)
                 }
             }
-            // A write-back run (at most 128 KiB of small writes) is sealed on this thread: waking a
-            // helper, and its watch for the next batch after it, cost a program of small writes
-            // more than the split saves (100 B write-back appends 0.180 → 0.164 µs a call, and the
-            // program's other calls slowed while the helper watched: BENCHMARKS.md).
-            if k * chunkSize >= Self.parallelSealBytes, !flushingRun, let pool = SealingPool.shared {
+            // A write-back run filled by many small writes is sealed on this thread: runs then come
+            // far apart, and waking a helper, and its watch for the next batch after it, cost more
+            // than the split saves (100 B write-back appends 0.180 → 0.164 µs a call, and the
+            // program's other calls slowed while the helper watched); runs of writes of 2 KiB or
+            // more come close together and gain from it (BENCHMARKS.md).
+            if k * chunkSize >= Self.parallelSealBytes, !flushingRun || runWrites <= Self.parallelRunWrites,
+               let pool = SealingPool.shared {
                 // Chunks rewritten in place are copied one by one before they are written: such a
                 // batch is written as the sequential path writes it, chunk by chunk as they are
                 // sealed when it stays inside the file (every chunk of it is copied: a full chunk
@@ -358,6 +360,9 @@ extension SharedFile {
 
     /// Batches of at least this many plaintext bytes are sealed by the sealing pool's threads too.
     static let parallelSealBytes = 1 << 17
+    /// A write-back run is, when at most this many writes filled it (2 KiB or more each, for a
+    /// full 128 KiB run).
+    static let parallelRunWrites = 64
     /// What one thread claims at a time: small enough that the writer soon has a piece to write
     /// and seldom waits for the last one (measured: 32 KiB beats 64 and 128 KiB; BENCHMARKS.md).
     static let sealPieceBytes = 1 << 15

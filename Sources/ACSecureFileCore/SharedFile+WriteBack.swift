@@ -59,6 +59,7 @@ extension SharedFile {
             pos += Int64(m)
             size = max(size, pos)
         }
+        if runFirst >= 0 { runWrites += 1 }
         return Int(pos - offset)
     }
 
@@ -77,6 +78,7 @@ extension SharedFile {
             }
             runFirst = index
             runLength = 0
+            runWrites = 0
         }
         let start = Int(index - runFirst) << Int(layout.chunkShift)
         if index < diskChunks {
@@ -118,6 +120,7 @@ extension SharedFile {
     func dropRun() {
         runFirst = -1
         runLength = 0
+        runWrites = 0
         run?.wipe()
     }
 }

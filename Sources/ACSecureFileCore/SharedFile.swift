@@ -161,6 +161,8 @@ final class SharedFile: @unchecked Sendable {
     var runFirst: Int64 = -1
     /// Plaintext bytes of the run from the start of `runFirst`; the buffer is zero beyond them.
     var runLength = 0
+    /// The writes that went into the run since it started (how it is sealed: `writeRun`).
+    var runWrites = 0
     /// A second chunk buffer for read-modify-write of a chunk that is not the cached one.
     var work: SecureBuffer
 

@@ -62,6 +62,33 @@ final class ParallelSealTests: XCTestCase {
         }
     }
 
+    /// A write-back run filled by many small writes is sealed on the writing thread: offered to
+    /// the pool, its helper's wake-up and watch cost a program of 100-byte writes 10 % a call and
+    /// slowed its other calls (BENCHMARKS.md "Write-back appends against the build before issue
+    /// 24"). A run filled by writes of 2 KiB or more is offered as before (they gain from it).
+    func testWriteBackRunsOfSmallWritesAreSealedOnTheWritingThread() throws {
+        let env = try TestEnvironment()
+        for (size, offered) in [(100, false), (4096, true)] {
+            let path = env.path("write-back-\(size)")
+            let f = try SecureFile.open(path, flags: O_RDWR | O_CREAT | O_APPEND, services: env.services, buffering: .writeBack)
+            let before = SealingPool.batchesOffered.load(ordering: .relaxed)
+            var expected: [UInt8] = []
+            for i in 0..<(300_000 / size) {
+                let bytes = Self.pattern(size, i)
+                XCTAssertEqual(try f.write(bytes), size)
+                expected += bytes
+            }
+            try f.close()
+            let batches = SealingPool.batchesOffered.load(ordering: .relaxed) - before
+            if Self.poolExpected {
+                if offered { XCTAssertGreaterThan(batches, 0, "\(size) B writes") } else { XCTAssertEqual(batches, 0, "\(size) B writes") }
+            }
+            let r = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+            XCTAssertEqual(try r.readAll(), expected, "\(size) B writes")
+            try r.close()
+        }
+    }
+
     /// Each chunk of a large write gets a nonce of its own, also when the same span is rewritten,
     /// whichever thread sealed it.
     func testEveryChunkSealedInPiecesHasAFreshNonce() throws {
