@@ -252,11 +252,11 @@ extension SharedFile {
                                      chunks: chunks.count, keepsOldBytes: keepsOldBytes)
                 }
             }
-            // A write-back run filled by many small writes is sealed on this thread: runs then come
-            // far apart, and waking a helper, and its watch for the next batch after it, cost more
-            // than the split saves (100 B write-back appends 0.180 → 0.164 µs a call, and the
-            // program's other calls slowed while the helper watched); runs of writes of 2 KiB or
-            // more come close together and gain from it (BENCHMARKS.md).
+            // A write-back run filled by many small writes is sealed on this thread: waking a
+            // helper, and its watch for the next batch after it, cost more than the split saves
+            // (100 B write-back appends 0.180 → 0.167 µs a call), and a program that only makes
+            // small writes starts no helper thread (a second thread makes each of its own write(2)s
+            // dearer: BENCHMARKS.md). Runs of writes of 2 KiB or more gain from the pool.
             if k * chunkSize >= Self.parallelSealBytes, !flushingRun || runWrites <= Self.parallelRunWrites,
                let pool = SealingPool.shared {
                 // Chunks rewritten in place are copied one by one before they are written: such a
