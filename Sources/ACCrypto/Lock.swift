@@ -60,7 +60,9 @@ package final class LockedValue<Value>: @unchecked Sendable {
 /// `lock()`/`unlock()`/`withLock` take it exclusively, as `PThreadMutex` does, so code written for a
 /// mutex keeps its meaning; `lockShared()`/`unlockShared()` let readers in together. Not recursive.
 package final class PThreadRWLock: @unchecked Sendable {
-    private let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+    /// The lock itself, for a caller in another module that must not pay a call (and the lock
+    /// object's retain around it) per use: `SecureFile`'s every operation.
+    package let rwlock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
 
     package init() {
         var attributes = pthread_rwlockattr_t()
