@@ -103,8 +103,6 @@ extension SharedFile {
         }
     }
 
-    /// Whether the trailer at `t` authenticates a file of `size` bytes whose end is laid out as
-    /// `shape` says (version 5: the footer it ends with must say so too).
     /// Seals `length` bytes of `plaintext` as chunk `index`, the last chunk of a file of `size`
     /// bytes, and its trailer right after it, into `buf` (`length + chunkOverhead + trailerSize`
     /// bytes): an end as version 4 lays it out, chunk and trailer under one selector.
@@ -116,6 +114,8 @@ extension SharedFile {
         try sealTrailer(into: buf + length + layout.chunkOverhead, size: size)
     }
 
+    /// Whether the trailer at `t` authenticates a file of `size` bytes whose end is laid out as
+    /// `shape` says (version 5: the footer it ends with must say so too).
     func trailerAuthenticates(_ t: UnsafeRawPointer, size: Int64, shape: TailShape = .none) -> Bool {
         guard let cipher, let context = cipher.context(forSelector: selector(at: t)) else { return false }
         let n = t + layout.selectorSize
