@@ -53,8 +53,12 @@ extension SharedFile {
             // The length authenticates but the last chunk does not, and no earlier end does: the
             // chunk itself was damaged (or its rewrite torn: then the last sync's copy has it).
             if try takeTailCopyIfNeeded(mainSize: diskSize, lastChunkIntact: false, physical: physical) { return }
-            // Or a torn append from an aligned end left it (version 5): the end before it.
-            if try takeAlignedEndBelowATornAppend(physical: physical) { return }
+            // Or a torn append from an aligned end left it (version 5): the end before it, visibly.
+            if let aligned = try alignedEndBelowATornAppend() {
+                adoptEnd(layout.physicalSize(forPlaintextSize: aligned), size: aligned, physical: physical)
+                restoredTail = .alignedEnd
+                return
+            }
             // Reading it fails; the length stands.
             tailVerified = true
             return

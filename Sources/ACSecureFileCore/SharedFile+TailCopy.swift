@@ -20,7 +20,7 @@ enum RestoredTail {
     /// The slot whose copies are the file's last chunk and trailer until they are written back.
     case copy(slot: Int)
     /// A chunk boundary the file had in place below a failing last chunk, its trailer torn (version
-    /// 5, `takeAlignedEndBelowATornAppend`): a trailer is sealed there anew and the file cut after it.
+    /// 5, `alignedEndBelowATornAppend`): a trailer is sealed there anew and the file cut after it.
     case alignedEnd
 }
 
@@ -418,35 +418,25 @@ extension SharedFile {
     /// trailer under that head torn (its second sector written back). The chunk boundary where
     /// the failing chunk starts was then the file's end, every chunk below it in place: when the
     /// chunk before it authenticates and the last sync ended at or below the boundary (its copy
-    /// says so: the failing chunk holds no byte a sync made durable), the file is taken back to
-    /// that boundary, visibly (as from a copy: `endRestoredFromTailCopy`), and the next change
-    /// seals a trailer there and cuts the failing chunk off (`repairTornTailIfNeeded`). Only at
-    /// such boundaries: elsewhere a trailer never tears. A last chunk holding synced bytes that
-    /// fails stays at its length, reading as corrupt until a whole-chunk write repairs it (issue
-    /// 24 item 4: damage never moves the end over synced bytes).
+    /// says so: the failing chunk holds no byte a sync made durable), that boundary is returned,
+    /// and `verifyTrailerIfNeeded` takes the file back to it, visibly (as from a copy:
+    /// `endRestoredFromTailCopy`); the next change seals a trailer there and cuts the failing chunk
+    /// off (`repairTornTailIfNeeded`). Only at such boundaries: elsewhere a trailer never tears. A
+    /// last chunk holding synced bytes that fails stays at its length, reading as corrupt until a
+    /// whole-chunk write repairs it (issue 24 item 4: damage never moves the end over synced bytes).
     ///
     /// An attacker who damages such a chunk gets the same: the file shorter by bytes no sync
     /// covered, reported, where it would read them as corrupt — never silently, and never below an
     /// end the chunks in place authenticate.
-    func takeAlignedEndBelowATornAppend(physical: Int64) throws(SecureFileError) -> Bool {
-        guard layout.hasTailRecords, hasHeader, cipher != nil, diskSize > 0 else { return false }
+    func alignedEndBelowATornAppend() throws(SecureFileError) -> Int64? {
+        guard layout.hasTailRecords, hasHeader, cipher != nil, diskSize > 0 else { return nil }
         let shift = Int64(layout.chunkShift)
         let lastIndex = (diskSize - 1) >> shift
         let aligned = lastIndex << shift
         guard lastIndex > 0, trailerSpansTwoSectors(size: aligned),
               let synced = try newestSyncCopySize(), synced <= aligned,
-              try chunkAuthenticatesInPlace(lastIndex - 1, size: aligned) else { return false }
-        let end = layout.physicalSize(forPlaintextSize: aligned)
-        diskSize = aligned
-        size = max(aligned, runEnd)
-        dropCache()
-        dropReadCache()
-        restoredTail = .alignedEnd
-        pendingTailRepair = end
-        bytesAfterAuthenticatedEnd = max(0, physical - end)
-        tailVerified = true
-        tailFailure = nil
-        return true
+              try chunkAuthenticatesInPlace(lastIndex - 1, size: aligned) else { return nil }
+        return aligned
     }
 
     /// The size the newest sync's copy that authenticates holds (a sync's, a cut's or the
