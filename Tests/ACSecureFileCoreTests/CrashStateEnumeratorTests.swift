@@ -95,10 +95,7 @@ final class CrashStateEnumeratorTests: XCTestCase {
             try f.close()
             // Only the old trailer's second sector written back: its head, and the new chunk's, old.
             let trailer = Int(FileLayout().physicalSize(forPlaintextSize: 12_288)) - FileLayout().trailerSize
-            var torn = readWholeFile(w.path)
-            let lo = trailer / 512 * 512
-            torn.replaceSubrange(lo..<lo + 512, with: before[lo..<lo + 512])
-            try w.restart(from: torn, plaintext: 12_288)
+            try w.restart(from: withSectorFrom(before, readWholeFile(w.path), at: trailer), plaintext: 12_288)
         }),
         Workload(name: "append-large", expected: .clean, initial: 5000) { w in
             let f = try w.open(O_RDWR)

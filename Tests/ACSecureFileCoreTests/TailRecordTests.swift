@@ -106,15 +106,6 @@ final class TailRecordTests: XCTestCase {
         XCTAssertEqual(try readBack(path, env), expected)
     }
 
-    /// The file's bytes with the 512-byte sector holding `offset` taken from `before`: a power loss
-    /// that did not write that sector back.
-    func withSectorFrom(_ before: [UInt8], _ after: [UInt8], at offset: Int) -> [UInt8] {
-        var torn = after
-        let lo = offset / 512 * 512, hi = min(lo + 512, before.count, after.count)
-        torn.replaceSubrange(lo..<hi, with: before[lo..<hi])
-        return torn
-    }
-
     /// The file at `path` opens restored to the `size` bytes it had at its last sync (reported), reads
     /// them, and takes an append.
     func assertBackAtTheSyncAndTakingAChange(_ path: String, size: Int, _ env: TestEnvironment,

@@ -103,3 +103,12 @@ func appendedByteProblem(_ path: BytePath, size: Int, services: SecureServices, 
         return "refuses a change: \((error as? SecureFileError).map(\.message) ?? "\(error)")"
     }
 }
+
+/// The file's bytes `after` with the 512-byte sector holding `offset` taken from `before`: a power
+/// loss that did not write that sector back.
+func withSectorFrom(_ before: [UInt8], _ after: [UInt8], at offset: Int) -> [UInt8] {
+    var torn = after
+    let lo = offset / 512 * 512, hi = min(lo + 512, before.count, after.count)
+    torn.replaceSubrange(lo..<hi, with: before[lo..<hi])
+    return torn
+}
