@@ -39,7 +39,7 @@ let package = Package(
         // prctl for ProcessHardening (Swift cannot call C varargs).
         .target(name: "CACSecureLinux"),
         // The chunked file format and the POSIX-semantics engine.
-        .target(name: "ACSecureFileCore", dependencies: ["ACSystemCalls", "ACCrypto", "ACSecureServices"]),
+        .target(name: "ACSecureFileCore", dependencies: ["ACSystemCalls", "ACCrypto", "ACSecureServices", "CACSecureLinux"]),
 
         // ACFileHandle and the secure Foundation extensions (FileManager, Data, NSDictionary, ...).
         .target(name: "ACSecureFoundation", dependencies: ["ACSystemCalls", "ACSecureFileCore", "ACSecureServices", "ACCrypto"]),

@@ -4,6 +4,7 @@ import Glibc
 import ACCrypto
 import ACSecureServices
 import ACSystemCalls
+import CACSecureLinux
 
 /// An open secure file: the equivalent of one POSIX open file description.
 ///
@@ -53,11 +54,11 @@ public final class SecureFile: @unchecked Sendable {
     /// `readEnd`: a read that ends there (pread), which in coordinated mode may skip rereading the length.
     private func locked<R>(_ access: Access, readEnd: Int64? = nil,
                            _ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
-        // The pthread lock directly: through `PThreadRWLock`'s methods (not inlined across
-        // modules) each file call paid two calls and a retain and release around each.
-        let rwlock = shared.lock.rwlock
-        pthread_rwlock_wrlock(rwlock)
-        defer { pthread_rwlock_unlock(rwlock) }
+        // The lock directly: through `RWLock`'s methods (not inlined across modules) each file
+        // call paid two calls and a retain and release around each.
+        let lock = shared.lock.raw
+        CACSecureLinux_rwlockLock(lock)
+        defer { CACSecureLinux_rwlockUnlock(lock) }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
         try shared.adoptAfterForkIfNeeded()
         if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
@@ -137,9 +138,9 @@ public final class SecureFile: @unchecked Sendable {
     private func preadConcurrently(into base: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int? {
         guard canRead else { return nil }
         let s = shared
-        let rwlock = s.lock.rwlock  // (directly, as in `locked`)
-        pthread_rwlock_rdlock(rwlock)
-        defer { pthread_rwlock_unlock(rwlock) }
+        let lock = s.lock.raw  // (directly, as in `locked`)
+        CACSecureLinux_rwlockLockShared(lock)
+        defer { CACSecureLinux_rwlockUnlockShared(lock) }
         guard !isClosed, s.deferredErrorGeneration == seenErrorGeneration, let keys = s.concurrentReadKeys,
               let reader = try? keys.takeReader() else { return nil }
         defer { keys.giveReader(reader) }

@@ -29,7 +29,7 @@ final class SharedFile: @unchecked Sendable {
 
     let identity: Identity
     /// Held exclusively by every operation, except reads that `concurrentReadKeys` lets in shared.
-    let lock = PThreadRWLock()
+    let lock = RWLock()
     let services: any KeyProvider
     var keySelection: KeySelection
     /// Path at first open, for messages only.

@@ -22,4 +22,20 @@ int CACSecureLinux_processorsAvailable(void);
 /** mlock2(addr, length, MLOCK_ONFAULT): pages are locked as they are touched. */
 int CACSecureLinux_lockOnFault(void *addr, unsigned long length);
 
+/* A reader-writer lock on one futex word, for a secure file's lock (every file call takes it): the
+ * uncontended writer pays one compare-and-swap to lock and one exchange to unlock, where glibc's
+ * writer-preferring rwlock cost about a fifth of a 100-byte write-back append. It prefers writers
+ * (a waiting writer keeps new readers out), is not recursive, and is private to the process.
+ * Built with ThreadSanitizer, it is a pthread rwlock instead, so TSan sees every critical section.
+ * The lock lives in memory of its own (64-byte aligned, its own cache line). */
+typedef struct CACSecureLinux_rwlock CACSecureLinux_rwlock;
+
+/** A new unlocked lock, or NULL when memory is exhausted. */
+CACSecureLinux_rwlock *CACSecureLinux_rwlockCreate(void);
+void CACSecureLinux_rwlockDestroy(CACSecureLinux_rwlock *lock);
+void CACSecureLinux_rwlockLock(CACSecureLinux_rwlock *lock);
+void CACSecureLinux_rwlockUnlock(CACSecureLinux_rwlock *lock);
+void CACSecureLinux_rwlockLockShared(CACSecureLinux_rwlock *lock);
+void CACSecureLinux_rwlockUnlockShared(CACSecureLinux_rwlock *lock);
+
 #endif /* CACSECURELINUX_H */
