@@ -255,6 +255,7 @@ public final class SecureFile: @unchecked Sendable {
     /// The size limit, as POSIX applies RLIMIT_FSIZE: nothing at or past it, a short write up to it.
     private func writeChecked(_ s: SharedFile, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws(SecureFileError) -> Int {
         guard buffer.count > 0, let base = buffer.baseAddress else { return 0 }
+        if buffering == .writeBack, s.appendToRunIfItFits(base, count: buffer.count, at: offset) { return buffer.count }
         guard offset < Self.maximumFileSize else {
             throw .ace(.fileTooBig, "\(path): write past the maximum secure file size (\(Self.maximumFileSize) bytes)")
         }

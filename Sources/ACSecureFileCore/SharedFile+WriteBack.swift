@@ -63,6 +63,28 @@ extension SharedFile {
         return Int(pos - offset)
     }
 
+    /// The fast path of a write-back handle's write: one that lands in the run as it stands (from
+    /// inside it or its end, up to its capacity, each chunk it adds beyond the disk's so that
+    /// nothing is read back) is copied in, without the general path's steps, which would each find
+    /// nothing to do (`write(from:...)`: the header exists, the end is verified, no repair is due).
+    /// Returns false, having changed nothing, for any other write. `count` > 0.
+    @inline(__always)
+    func appendToRunIfItFits(_ buffer: UnsafeRawPointer, count: Int, at offset: Int64) -> Bool {
+        guard runFirst >= 0, tailVerified, pendingTailRepair == nil, let runBase else { return false }
+        let shift = Int64(layout.chunkShift)
+        let runStart = runFirst << shift
+        let end = offset + Int64(count)
+        guard offset >= runStart, offset <= runStart + Int64(runLength), end <= runStart + Int64(runCapacity) << shift,
+              end <= SecureFile.maximumFileSize else { return false }
+        let held = runFirst + Int64(runChunks)
+        guard (end - 1) >> shift < held || held >= diskChunks else { return false }
+        (runBase + Int(offset - runStart)).copyMemory(from: buffer, byteCount: count)
+        runLength = max(runLength, Int(end - runStart))
+        size = max(size, end)
+        runWrites += 1
+        return true
+    }
+
     /// Makes chunk `index` part of the run. A chunk that continues a run with room joins it (the
     /// chunks before it are then whole); any other chunk writes the run out and starts a new one. A
     /// chunk that is on disk is decrypted into its slot first, since a write may cover only part of it.

@@ -81,6 +81,51 @@ final class WriteBackRunTests: XCTestCase {
         try g.close()
     }
 
+    /// The fast path (`appendToRunIfItFits`) at its bounds, against a plain model: appends that fill
+    /// the run to its capacity and one byte past it, writes from inside the run and at its end,
+    /// and, in a run that starts inside the file, writes that reach a chunk still on disk only, whose
+    /// old bytes must be read into the run first (the fast path must leave those to `addToRun`).
+    func testWritesIntoTheRunKeepEveryByteAtItsBounds() throws {
+        let env = try TestEnvironment()
+        let path = env.path("bounds")
+        let capacity = SharedFile.writeBackRunBytes
+        var model: [UInt8] = []
+        func put(_ f: SecureFile, _ bytes: [UInt8], at offset: Int) throws {
+            XCTAssertEqual(try f.pwrite(bytes, at: Int64(offset)), bytes.count)
+            if offset + bytes.count > model.count { model += [UInt8](repeating: 0, count: offset + bytes.count - model.count) }
+            model.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
+        }
+        func check(_ bytes: [UInt8], _ what: String, line: UInt = #line) {
+            let first = (0..<min(bytes.count, model.count)).first { bytes[$0] != model[$0] } ?? min(bytes.count, model.count)
+            XCTAssert(bytes == model, "\(what): \(bytes.count) bytes, the model \(model.count), first difference at \(first)", line: line)
+        }
+        var f = try SecureFile.open(path, flags: O_RDWR | O_CREAT, services: env.services, buffering: .writeBack)
+        try put(f, record(0, size: 1000), at: 0)
+        for k in 1..<(capacity / 1000) { try put(f, record(k, size: 1000), at: model.count) }
+        try put(f, record(200, size: capacity - model.count), at: model.count)  // exactly full
+        XCTAssertEqual(fileSize(path), physical(0), "the full run is still in memory")
+        try put(f, record(201, size: 1), at: model.count)  // one byte past it: the run is written out
+        XCTAssertEqual(fileSize(path), physical(Int64(capacity)))
+        try put(f, record(202, size: 5000), at: capacity - 3000)  // back into the written run: out again
+        try put(f, record(203, size: 700), at: capacity + 1000)  // inside the new run
+        try put(f, record(204, size: 900), at: model.count)  // at its end
+        try put(f, record(205, size: 10), at: model.count + 5)  // a gap after its end
+        check(try f.pread(count: model.count, at: 0), "new file")
+        try f.close()
+
+        // A run that starts inside the file: its chunk 0 was read back whole, chunk 1 is on disk only.
+        f = try SecureFile.open(path, flags: O_RDWR, services: env.services, buffering: .writeBack)
+        try put(f, record(300, size: 10), at: 100)
+        try put(f, record(301, size: 10), at: 4090)  // from chunk 0 into chunk 1, still on disk
+        try put(f, record(302, size: 100), at: 8150)  // from chunk 1 into chunk 2, on disk
+        try put(f, record(303, size: 3), at: 4096 * 3 - 1)  // from the run's end into chunk 3, on disk
+        check(try f.pread(count: model.count, at: 0), "run inside the file")
+        try f.close()
+        let g = try SecureFile.open(path, flags: O_RDONLY, services: env.services)
+        check(try g.readAll(), "reopened")
+        try g.close()
+    }
+
     /// When services lock, a run that starts in the file's short last chunk and goes past it (two
     /// runs on disk, the chunk rewritten in place first) is written whole with the key still held,
     /// then its plaintext is wiped.
