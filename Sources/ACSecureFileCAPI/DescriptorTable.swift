@@ -16,8 +16,13 @@ final class DescriptorTable: Sendable {
     /// even if another thread closes the descriptor meanwhile (the record is then simply dropped).
     final class Entry: Sendable {
         let file: SecureFile
+        /// `file`, for a call that must not retain it (the entry holds it).
+        let unretainedFile: Unmanaged<SecureFile>
         let lastError = Atomic<Int32>(ACErrorCode.noError.aceValue)
-        init(_ file: SecureFile) { self.file = file }
+        init(_ file: SecureFile) {
+            self.file = file
+            unretainedFile = Unmanaged.passUnretained(file)
+        }
     }
 
     static let shared = DescriptorTable()
@@ -59,15 +64,42 @@ final class DescriptorTable: Sendable {
 
     static let directSlots: Int32 = 4096
 
-    // The lookup of every call locks the mutex itself (no generic closure) and reads the state
-    // without the runtime's exclusivity check: the mutex makes every access exclusive.
+    // The lookup locks the mutex itself (no generic closure) and reads the state without the
+    // runtime's exclusivity check: the mutex makes every access exclusive.
     private let mutex = PThreadMutex()
     @exclusivity(unchecked) private nonisolated(unsafe) var state = State()
+    /// Changed (under the mutex) by every insert and remove: a thread's `LookupCache` is valid while
+    /// it is unchanged.
+    private let generation = Atomic<UInt64>(1)
 
     func lookup(_ fd: Int32) -> Entry? {
         mutex.lock()
         defer { mutex.unlock() }
         return state.entry(fd)
+    }
+
+    /// The entry of `fd` when this thread's last lookup was of `fd` and no descriptor has been
+    /// opened or closed since (`LookupCache`): no lock, and no retain or release for the caller,
+    /// which uses it through `_withUnsafeGuaranteedRef` (the mutex, the entry's retain and release
+    /// were a sixth of a 100-byte write-back append). nil: take `lookup`, which fills the cache.
+    /// The cache holds the entry strongly, so an entry that a concurrent close removes stays
+    /// valid for a call that found it first (its file then reports EBADF, as when the lookup
+    /// precedes the close). `cache.depth` keeps a call made inside another from replacing it.
+    @inline(__always)
+    func cachedEntry(_ fd: Int32, in cache: LookupCache) -> Unmanaged<Entry>? {
+        let current = generation.load(ordering: .acquiring)
+        guard cache.fd == fd, cache.generation == current, cache.depth == 0 else { return nil }
+        return cache.entry
+    }
+
+    /// `lookup`, remembered in `cache` for the next call of this thread.
+    func lookup(_ fd: Int32, filling cache: LookupCache) -> Entry? {
+        mutex.lock()
+        let entry = state.entry(fd)
+        let seen = generation.load(ordering: .relaxed)
+        mutex.unlock()
+        if cache.depth == 0 { cache.remember(fd, generation: seen, entry: entry) }
+        return entry
     }
 
     /// Registers a freshly opened file under its kernel descriptor.
@@ -77,14 +109,61 @@ final class DescriptorTable: Sendable {
         entry.lastError.store(lastError.aceValue, ordering: .relaxed)
         mutex.withLock {
             if let stale = state.set(fd, entry) { state.orphans.append(stale) }
+            generation.add(1, ordering: .releasing)
         }
         return fd
     }
 
-    /// Removes the descriptor; the caller closes the file afterwards.
+    /// Removes the descriptor; the caller closes the file afterwards. The closing thread's cache lets
+    /// go of the entry (other threads' caches do at their next call on another descriptor, or exit).
     func remove(_ fd: Int32) -> Entry? {
-        mutex.withLock { state.set(fd, nil) }
+        let entry = mutex.withLock {
+            let old = state.set(fd, nil)
+            generation.add(1, ordering: .releasing)
+            return old
+        }
+        LookupCache.current._withUnsafeGuaranteedRef { cache in
+            if cache.depth == 0, cache.fd == fd { cache.remember(-1, generation: 0, entry: nil) }
+        }
+        return entry
     }
 
     var count: Int { mutex.withLock { state.count } }
+}
+
+/// The last descriptor a thread looked up, its entry and the table's generation then
+/// (`DescriptorTable.withEntry`). One per thread (a pthread key: released when the thread exits).
+final class LookupCache {
+    private(set) var fd: Int32 = -1
+    private(set) var generation: UInt64 = 0
+    private(set) var entry: Unmanaged<DescriptorTable.Entry>?
+    /// 1 while a call uses `entry` unretained.
+    var depth = 0
+
+    func remember(_ fd: Int32, generation: UInt64, entry: DescriptorTable.Entry?) {
+        let old = self.entry
+        self.fd = fd
+        self.generation = generation
+        self.entry = entry.map { Unmanaged.passRetained($0) }
+        old?.release()
+    }
+
+    deinit { entry?.release() }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        guard pthread_key_create(&key, { Unmanaged<LookupCache>.fromOpaque($0!).release() }) == 0 else {
+            fatalError("DescriptorTable: no pthread key left for the lookup cache")
+        }
+        return key
+    }()
+
+    /// This thread's cache (made at its first call).
+    static var current: Unmanaged<LookupCache> {
+        let key = self.key
+        if let raw = pthread_getspecific(key) { return Unmanaged.fromOpaque(raw) }
+        let made = Unmanaged.passRetained(LookupCache())
+        pthread_setspecific(key, made.toOpaque())
+        return made
+    }
 }

@@ -19,18 +19,35 @@ enum CResult {
     @inline(__always)
     static func onFile<R: SignedInteger>(_ fd: Int32, before: SecureFileError? = nil,
                                          _ body: (SecureFile) throws(SecureFileError) -> R) -> R {
-        let entry = DescriptorTable.shared.lookup(fd)
+        let table = DescriptorTable.shared
+        let cache = LookupCache.current
+        return cache._withUnsafeGuaranteedRef { cache -> R in
+            if let cached = table.cachedEntry(fd, in: cache) {
+                cache.depth = 1
+                defer { cache.depth = 0 }
+                return cached._withUnsafeGuaranteedRef { entry in
+                    entry.unretainedFile._withUnsafeGuaranteedRef { file in run(entry, file, before: before, body) }
+                }
+            }
+            guard let entry = table.lookup(fd, filling: cache) else {
+                errno = before?.errno ?? EBADF
+                return -1
+            }
+            return run(entry, entry.file, before: before, body)
+        }
+    }
+
+    /// `onFile` once the entry is found.
+    @inline(__always)
+    private static func run<R: SignedInteger>(_ entry: DescriptorTable.Entry, _ file: SecureFile, before: SecureFileError?,
+                                              _ body: (SecureFile) throws(SecureFileError) -> R) -> R {
         if let before {
-            entry?.lastError.store(before.code.aceValue, ordering: .relaxed)
+            entry.lastError.store(before.code.aceValue, ordering: .relaxed)
             errno = before.errno
             return -1
         }
-        guard let entry else {
-            errno = EBADF
-            return -1
-        }
         do {
-            let result = try body(entry.file)
+            let result = try body(file)
             entry.lastError.store(ACErrorCode.noError.aceValue, ordering: .relaxed)
             return result
         } catch {

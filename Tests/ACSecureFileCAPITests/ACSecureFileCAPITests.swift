@@ -72,6 +72,81 @@ final class ACSecureFileCAPITests: CAPITestCase {
         XCTAssertEqual(ACSecureFileClose(again), 0)
     }
 
+    /// Starts `body` on a thread of its own; the function returned waits until that thread has
+    /// exited (its thread-specific data destroyed).
+    private func startThread(_ body: @escaping () -> Void) -> () -> Void {
+        final class Box { let body: () -> Void; init(_ body: @escaping () -> Void) { self.body = body } }
+        var thread = pthread_t()
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        XCTAssertEqual(pthread_create(&thread, nil, { raw in
+            Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
+            return nil
+        }, box), 0)
+        return { XCTAssertEqual(pthread_join(thread, nil), 0) }
+    }
+
+    /// Each thread remembers the descriptor of its last call (`LookupCache`): a close or an open on
+    /// another thread makes it look again, so after a close its calls fail with EBADF and, once
+    /// the kernel hands the number to another file, they reach that file, never the closed one.
+    func testAThreadsCachedLookupFollowsClosesAndReuseOnOtherThreads() throws {
+        let fd = open("first", O_RDWR | O_CREAT)
+        let toWorker = DispatchSemaphore(value: 0), toMain = DispatchSemaphore(value: 0)
+        let results = LockedValue<[(Int, Int32)]>([])
+        Thread.detachNewThread {
+            for _ in 0..<3 {
+                toWorker.wait()
+                errno = 0
+                let n = ACSecureFileWrite(fd, "ab", 2)
+                let e = errno
+                results.withLock { $0.append((n, e)) }
+                toMain.signal()
+            }
+        }
+        toWorker.signal(); toMain.wait()  // cached by the worker
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        toWorker.signal(); toMain.wait()  // after the close
+        let second = open("second", O_RDWR | O_CREAT)
+        XCTAssertEqual(second, fd, "the kernel reuses the lowest number")
+        toWorker.signal(); toMain.wait()  // now the number names "second"
+        let r = results.withLock { $0 }
+        XCTAssertEqual(r.map(\.0), [2, -1, 2])
+        XCTAssertEqual(r[1].1, EBADF)
+        var st = stat()
+        XCTAssertEqual(ACSecureFstat(second, &st), 0)
+        XCTAssertEqual(st.st_size, 2, "the third write reached the file that has the number now")
+        XCTAssertEqual(ACSecureFileClose(second), 0)
+        XCTAssertEqual(ACSecureLstat(path("first"), &st), 0)
+        XCTAssertEqual(st.st_size, 2, "nothing reached the closed file after its close")
+    }
+
+    /// The cache holds the entry of a closed descriptor until its thread looks up another one or
+    /// exits; the closing thread's own cache lets go at the close.
+    func testCachedEntriesAreReleasedAtCloseAndAtThreadExit() throws {
+        weak var entry: DescriptorTable.Entry?
+        var fd = open("a", O_RDWR | O_CREAT)
+        XCTAssertEqual(ACSecureFileWrite(fd, "x", 1), 1)
+        entry = DescriptorTable.shared.lookup(fd)
+        XCTAssertNotNil(entry)
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        XCTAssertNil(entry, "the closing thread's cache let go")
+
+        fd = open("b", O_RDWR | O_CREAT)
+        entry = DescriptorTable.shared.lookup(fd)
+        let opened = fd
+        let used = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
+        let join = startThread {
+            XCTAssertEqual(ACSecureFileWrite(opened, "y", 1), 1)
+            used.signal()
+            closed.wait()
+        }
+        used.wait()
+        XCTAssertEqual(ACSecureFileClose(fd), 0)
+        XCTAssertNotNil(entry, "the worker's cache still holds it")
+        closed.signal()
+        join()
+        XCTAssertNil(entry, "released when the worker exited")
+    }
+
     /// The table indexes descriptors below `directSlots` and hashes the others: the same answers
     /// on both sides of the boundary, for growth, replacement (returns the old entry), removal and
     /// the count.
