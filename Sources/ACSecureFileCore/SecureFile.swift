@@ -16,6 +16,8 @@ public final class SecureFile: @unchecked Sendable {
     public let fileDescriptor: Int32
     public let path: BytePath
     let shared: SharedFile
+    /// `shared.lock.raw`, one load from every call instead of three.
+    private let lock: OpaquePointer
     let canRead: Bool
     let canWrite: Bool
     let appendMode: Bool
@@ -39,6 +41,7 @@ public final class SecureFile: @unchecked Sendable {
         self.fileDescriptor = fd
         self.path = path
         self.shared = shared
+        self.lock = shared.lock.raw
         self.canRead = accessMode != O_WRONLY
         self.canWrite = accessMode != O_RDONLY
         self.appendMode = append
@@ -56,11 +59,10 @@ public final class SecureFile: @unchecked Sendable {
                            _ body: (SharedFile) throws(SecureFileError) -> R) throws(SecureFileError) -> R {
         // The lock directly: through `RWLock`'s methods (not inlined across modules) each file
         // call paid two calls and a retain and release around each.
-        let lock = shared.lock.raw
         CACSecureLinux_rwlockLock(lock)
         defer { CACSecureLinux_rwlockUnlock(lock) }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
-        try shared.adoptAfterForkIfNeeded()
+        if shared.forkGeneration != ForkGeneration.current { try shared.adoptAfterForkIfNeeded() }
         if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
             seenErrorGeneration = shared.deferredErrorGeneration
             throw deferred
@@ -138,8 +140,7 @@ public final class SecureFile: @unchecked Sendable {
     private func preadConcurrently(into base: UnsafeMutableRawPointer, count: Int, at offset: Int64) throws(SecureFileError) -> Int? {
         guard canRead else { return nil }
         let s = shared
-        let lock = s.lock.raw  // (directly, as in `locked`)
-        CACSecureLinux_rwlockLockShared(lock)
+        CACSecureLinux_rwlockLockShared(lock)  // (directly, as in `locked`)
         defer { CACSecureLinux_rwlockUnlockShared(lock) }
         guard !isClosed, s.deferredErrorGeneration == seenErrorGeneration, let keys = s.concurrentReadKeys,
               let reader = try? keys.takeReader() else { return nil }

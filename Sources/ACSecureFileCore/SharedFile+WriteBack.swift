@@ -18,9 +18,9 @@ extension SharedFile {
     static let writeBackRunBytes = 128 << 10
 
     /// How many chunks the run may hold.
-    var runCapacity: Int { max(1, Self.writeBackRunBytes >> Int(layout.chunkShift)) }
+    @inline(__always) var runCapacity: Int { max(1, Self.writeBackRunBytes >> Int(layout.chunkShift)) }
     /// How many chunks the run holds (the last one may be partial).
-    var runChunks: Int { (runLength + chunkSize - 1) >> Int(layout.chunkShift) }
+    @inline(__always) var runChunks: Int { (runLength + chunkSize - 1) >> Int(layout.chunkShift) }
     /// The logical end of the run (0 when it is empty).
     var runEnd: Int64 { runFirst < 0 ? 0 : runFirst << Int64(layout.chunkShift) + Int64(runLength) }
 
