@@ -71,6 +71,11 @@ public final class SecureServices: Sendable {
     /// Non-zero while keys are available; changes at every lock and unlock. The engine compares it
     /// on every call to notice a lock cheaply and to reload keys after an unlock.
     private let availableGeneration = Atomic<UInt64>(0)
+    /// Set by every operation (`noteActivity`), taken back by the auto-lock timer, which then
+    /// moves `lastActivity` to its own tick: the engine's calls pay a load (a clock read was 5 % of
+    /// a 100-byte write-back append), the timer reads the clock.
+    private let active = Atomic<Bool>(false)
+    /// When the auto-lock timer last saw activity (its own clock, so at most one period late).
     private let lastActivity = Atomic<UInt64>(0)
     /// Run (in registration order) before the seed is dropped: the engine flushes and wipes its caches.
     private let lockHandlers = LockedValue<[@Sendable () -> Void]>([])
@@ -330,9 +335,10 @@ public final class SecureServices: Sendable {
     /// Auto-lock timers armed and not cancelled (for tests: more than one means a timer leaked).
     var armedAutoLockTimers: Int { state.withLock { $0.armedAutoLockTimers } }
 
-    /// Called by the engine on each operation, so the auto-lock measures inactivity.
+    /// Called by the engine on each operation, so the auto-lock measures inactivity. Stores only
+    /// when the timer has taken the last note back: a busy file does not write a shared line per call.
     @inline(__always) public func noteActivity() {
-        lastActivity.store(Self.monotonicNanoseconds(), ordering: .relaxed)
+        if !active.load(ordering: .relaxed) { active.store(true, ordering: .relaxed) }
     }
 
     // MARK: observers
@@ -483,11 +489,20 @@ public final class SecureServices: Sendable {
 
     private func makeAutoLockTimer(_ seconds: Double) -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: .global())
-        let period = max(0.01, seconds / 4)
+        // Activity is seen at the tick after it: the lock comes between `seconds` and two periods
+        // after the last operation, at most 1.25 × `seconds` (as with a clock read per operation
+        // and a period of a quarter).
+        let period = max(0.01, seconds / 8)
+        lastActivity.store(Self.monotonicNanoseconds(), ordering: .relaxed)
         timer.schedule(deadline: .now() + period, repeating: period)
         timer.setEventHandler { [weak self] in
             guard let self else { return }
-            let idle = Double(Self.monotonicNanoseconds() &- self.lastActivity.load(ordering: .relaxed)) / 1e9
+            let now = Self.monotonicNanoseconds()
+            if self.active.exchange(false, ordering: .relaxed) {
+                self.lastActivity.store(now, ordering: .relaxed)
+                return
+            }
+            let idle = Double(now &- self.lastActivity.load(ordering: .relaxed)) / 1e9
             if idle >= seconds { self.lock() }
         }
         timer.resume()
@@ -495,8 +510,7 @@ public final class SecureServices: Sendable {
     }
 
     /// The coarse monotonic clock (a few milliseconds of resolution, plenty for an idle timeout in
-    /// seconds): every file call notes its activity, and the coarse clock costs a fraction of the
-    /// precise one.
+    /// seconds), read by the auto-lock timer.
     static func monotonicNanoseconds() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
