@@ -132,7 +132,7 @@ final class DescriptorTable: Sendable {
 }
 
 /// The last descriptor a thread looked up, its entry and the table's generation then
-/// (`DescriptorTable.withEntry`). One per thread (a pthread key: released when the thread exits).
+/// (`DescriptorTable.cachedEntry`). One per thread (a pthread key: released when the thread exits).
 final class LookupCache {
     private(set) var fd: Int32 = -1
     private(set) var generation: UInt64 = 0

@@ -404,8 +404,8 @@ public final class SecureFile: @unchecked Sendable {
         }
         shared.lock.unlock()
         if OpenFiles.release(shared) {
-            // Closed handles keep the state alive, not its keys or cached plaintext.
-            shared.lock.withLock { shared.forgetSecrets() }
+            // Closed handles keep the state alive, not its keys, cached plaintext or descriptor.
+            shared.lock.withLock { shared.releaseAtLastClose() }
         }
         if case .failure(let e) = Sys.close(fileDescriptor), flushError == nil {
             throw .posix(e.rawValue, "\(path): close")

@@ -297,6 +297,25 @@ final class SharedFile: @unchecked Sendable {
         keyGeneration = 0
     }
 
+    /// At the last close (no open can reach this state again): the secrets go (`forgetSecrets`),
+    /// and so do the descriptor and the larger buffers, which the closed handles would otherwise
+    /// keep until they are released: the C API's per-thread lookup cache may hold a closed
+    /// descriptor's handle until that thread's next call, and an open descriptor would keep a
+    /// deleted file's blocks allocated.
+    func releaseAtLastClose() {
+        forgetSecrets()
+        run = nil
+        if let scratch {
+            SpareScratch.give(scratch, capacity: scratchCapacity)
+            self.scratch = nil
+            scratchCapacity = 0
+        }
+        if ioFD >= 0 {
+            _ = Sys.close(ioFD)
+            ioFD = -1
+        }
+    }
+
     /// Makes the cache buffer chunk `index` as it is on disk, `length` bytes (copied from `source`
     /// if given, else already in the buffer), and keeps the buffer's invariant: zero after `length`.
     /// A write that pads the chunk later seals those bytes, so stale ones there would reach the file

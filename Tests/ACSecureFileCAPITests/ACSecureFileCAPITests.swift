@@ -85,6 +85,17 @@ final class ACSecureFileCAPITests: CAPITestCase {
         return { XCTAssertEqual(pthread_join(thread, nil), 0) }
     }
 
+    /// How many of this process's descriptors are open on the file at `path` (/proc/self/fd, by
+    /// device and inode: a file the engine created reads there as "#inode (deleted)").
+    private func openDescriptors(of path: String) -> Int {
+        var file = stat()
+        guard stat(path, &file) == 0, let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return -1 }
+        return names.filter { name in
+            var st = stat()
+            return stat("/proc/self/fd/" + name, &st) == 0 && st.st_dev == file.st_dev && st.st_ino == file.st_ino
+        }.count
+    }
+
     /// Each thread remembers the descriptor of its last call (`LookupCache`): a close or an open on
     /// another thread makes it look again, so after a close its calls fail with EBADF and, once
     /// the kernel hands the number to another file, they reach that file, never the closed one.
@@ -120,7 +131,8 @@ final class ACSecureFileCAPITests: CAPITestCase {
     }
 
     /// The cache holds the entry of a closed descriptor until its thread looks up another one or
-    /// exits; the closing thread's own cache lets go at the close.
+    /// exits (without its descriptor: the engine's own closes at the last close); the closing
+    /// thread's own cache lets go at the close.
     func testCachedEntriesAreReleasedAtCloseAndAtThreadExit() throws {
         weak var entry: DescriptorTable.Entry?
         var fd = open("a", O_RDWR | O_CREAT)
@@ -140,8 +152,10 @@ final class ACSecureFileCAPITests: CAPITestCase {
             closed.wait()
         }
         used.wait()
+        XCTAssertEqual(openDescriptors(of: path("b")), 2, "the caller's and the engine's own")
         XCTAssertEqual(ACSecureFileClose(fd), 0)
         XCTAssertNotNil(entry, "the worker's cache still holds it")
+        XCTAssertEqual(openDescriptors(of: path("b")), 0, "a closed file held by a cache holds no descriptor")
         closed.signal()
         join()
         XCTAssertNil(entry, "released when the worker exited")
