@@ -27,7 +27,10 @@
 # links the release object files of the product itself (swiftc -emit-library -static-stdlib), with
 #   - the version script scripts/libACSecureFile.map: only the functions of the public headers are
 #     exported (checked below against the installed headers),
-#   - SONAME libACSecureFile.so.MAJOR.
+#   - SONAME libACSecureFile.so.MAJOR,
+#   - -z nodelete: a dlclose (SQLite closing the extension that loaded it) never unloads it, since
+#     its threads' pthread-key destructors (the C API's last error message and lookup cache) and the
+#     Swift runtime inside must stay in place for threads that exit later.
 # A program finds libACSecureFile.so.MAJOR through the rpath the .pc file adds (-Wl,-rpath,PREFIX/lib),
 # LD_LIBRARY_PATH, or by installing into a directory ld.so already searches (then run ldconfig).
 # libACSecureSQLite and the extension find it beside themselves (RUNPATH $ORIGIN): the installed lib/
@@ -70,12 +73,17 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/acsecure-install.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "install-c-library: linking $real with the Swift runtime inside (-static-stdlib)" >&2
 swiftc -emit-library -static-stdlib -o "$work/$real" "@$objects" -lcrypto -lsodium \
-    -Xlinker "-soname=$soname" -Xlinker "--version-script=$root/scripts/libACSecureFile.map" -Xlinker --gc-sections >&2
+    -Xlinker "-soname=$soname" -Xlinker "--version-script=$root/scripts/libACSecureFile.map" -Xlinker --gc-sections \
+    -Xlinker -z -Xlinker nodelete >&2
 strip --strip-unneeded "$work/$real"
 
 # The library must stand on the system libraries alone, and export exactly the headers' functions.
 if readelf -d "$work/$real" | grep -E 'NEEDED.*(swift|Foundation|ICU|dispatch|BlocksRuntime)' >&2; then
     echo "install-c-library: $real still needs a Swift runtime library (above)" >&2
+    exit 1
+fi
+if ! readelf -d "$work/$real" | grep -q 'Flags:.*NODELETE'; then
+    echo "install-c-library: $real is not marked NODELETE (-z nodelete)" >&2
     exit 1
 fi
 sed -n 's/^[A-Za-z_][A-Za-z0-9_ *]*[ *]\(ACSecure[A-Za-z0-9_]*\)(.*/\1/p' \
