@@ -25,7 +25,8 @@ export SWIFT_BACKTRACE=enable=no
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 scratch=.build-tsan
 tests='SecureFileConcurrencyTests|EngineBehaviourTests/testManyThreadsOnOneHandle|ACSecureServicesTests.ConcurrencyTests'
-tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState)'
+tests+='|ACSecureFileCAPITests/test(LastErrorIsPerDescriptorAcrossThreads|ConcurrentOpenCloseNeverSeesStaleState|AThreadsCachedLookupFollowsClosesAndReuseOnOtherThreads|CachedEntriesAreReleasedAtCloseAndAtThreadExit)'
+tests+='|RWLockTests'
 tests+='|SecureBytesTests/testKeyMaterialIsSendable|ReadCacheTests/testThreadsOnOneCachedFile|ContentionStressTests'
 tests+='|ParallelSealTests/test(LargeWritersOnOneFileAndOnManyFilesAtOnce|AWriteFailingBetweenPiecesIsReportedAndTheFileStillOpens)'
 start=$(date +%s)
