@@ -190,9 +190,11 @@ public enum OperationSequenceFuzzer {
         func openPair(_ flags: Int32) -> FuzzFinding? {
             let r = secure { () throws(SecureFileError) -> Int64 in
                 // Every third open asks for double writes (which then hold for the file's state
-                // until its last handle closes), and every fourth for whole chunks in place (no
-                // copy once every handle of the file asked so): neither may change a result.
+                // until its last handle closes), every fourth for whole chunks in place (no copy
+                // once every handle of the file asked so), and every fifth buffers its writes
+                // (write-back, with its fast path into the run): none may change a result.
                 let f = try SecureFile.open(st.securePath, flags: flags, mode: 0o600, services: services,
+                                            buffering: step % 5 == 3 ? .writeBack : .writeThrough,
                                             partialOverwrites: step % 3 == 2 ? .doubleWrite : .chunkCopy,
                                             wholeChunkOverwrites: step % 4 == 1 ? .inPlace : .chunkCopy)
                 pairs.append(Pair(plain: -1, secure: f, flags: flags))
