@@ -115,7 +115,8 @@ struct Report {
             }
         }
         s += "\nEngine driven through \(engineLabel). File \(options.fileSize >> 20) MiB, page cache warm, "
-        s += "\(options.repetitions) interleaved rounds; random I/O and appends run ≥ \(options.minSeconds) s per sample, "
+        s += "\(options.repetitions) interleaved rounds; random I/O runs ≥ \(options.minSeconds) s per sample, appends "
+        s += "≥ \(options.minSeconds) s or \(Workloads.smallWritesBytes >> 20) MiB, whichever comes first, "
         s += "sequential writes in 4 KiB and 64 KiB calls stop after \(4 * options.minSeconds) s.\n"
         return s
     }

@@ -42,6 +42,11 @@ struct Workloads {
         offsets = (0..<65536).map { _ in Int64(next() % blocks) * 4096 }
     }
 
+    /// The most a small-writes sample writes: write-back appends ran at 0.5–1 GB/s, and samples of
+    /// that much spread ±30 % (plain's ±2–6 %), where 100 MB rounds of the same calls in
+    /// Benchmarks/c/writeback-append.c spread ±2 % (docs/BENCHMARKS.md, stop 44).
+    static let smallWritesBytes = 128 << 20
+
     /// Before a timed write: deletes the old file (untimed). Truncating or overwriting pages that are
     /// still being written back to the device waits for the device, which would measure the disk
     /// (and whoever else is using it), not the I/O path.
@@ -138,8 +143,9 @@ struct Workloads {
         return Double(ops) / (now() - t0)
     }
 
-    /// Appends `callSize`-byte records (a log) to a new file for at least `minSeconds`; close
-    /// included. Bytes/s. For plain I/O this is unbuffered write(2): one system call per record.
+    /// Appends `callSize`-byte records (a log) to a new file for at least `minSeconds`, or until
+    /// `smallWritesBytes` are written; close included. Bytes/s. For plain I/O this is unbuffered
+    /// write(2): one system call per record.
     func smallWrites(_ c: Contender, _ file: String, callSize: Int) throws -> Double {
         let b = c.backend, path = c.path(file)
         removeUntimed(path)
@@ -153,7 +159,7 @@ struct Workloads {
                 guard b.write(fd, src, callSize) == callSize else { throw WorkloadError("write", path) }
             }
             calls += 256
-        } while now() - t0 < minSeconds
+        } while now() - t0 < minSeconds && calls * callSize < Self.smallWritesBytes
         guard b.close(fd) == 0 else { throw WorkloadError("close", path) }
         let rate = Double(calls * callSize) / (now() - t0)
         settleUntimed(path)
