@@ -62,7 +62,7 @@ public final class SecureFile: @unchecked Sendable {
         CACSecureLinux_rwlockLock(lock)
         defer { CACSecureLinux_rwlockUnlock(lock) }
         guard !isClosed else { throw .posix(EBADF, "\(path) (closed)") }
-        if shared.forkGeneration != ForkGeneration.current { try shared.adoptAfterForkIfNeeded() }
+        try shared.adoptAfterForkIfNeeded()
         if shared.deferredErrorGeneration != seenErrorGeneration, let deferred = shared.deferredError {
             seenErrorGeneration = shared.deferredErrorGeneration
             throw deferred

@@ -44,9 +44,14 @@ extension SharedFile {
     ///   lock is taken, a failed reopen keeps the shared one until coordination is asked for);
     /// - in default mode, the length, file ID and end are read again, as an open would (coordinated
     ///   mode does that at every call anyway).
+    /// Inlined, so that every file call, in the process that made the state, pays one comparison.
+    @inline(__always)
     func adoptAfterForkIfNeeded() throws(SecureFileError) {
         let generation = ForkGeneration.current
-        guard forkGeneration != generation else { return }
+        if forkGeneration != generation { try adoptAfterFork(generation) }
+    }
+
+    private func adoptAfterFork(_ generation: Int) throws(SecureFileError) {
         if runFirst >= 0 { dropRun(); size = diskSize }
         if cacheIndex >= 0 { dropCache() }
         if readCache != nil { dropReadCache() }
