@@ -215,10 +215,9 @@ final class SharedFile: @unchecked Sendable {
     }
 
     deinit {
-        if let scratch { SpareScratch.give(scratch, capacity: scratchCapacity) }
+        releaseScratchAndDescriptor()
         slotStaging.deallocate()
         fileID.deallocate()  // with aad, trailerAAD and nonces
-        if ioFD >= 0 { _ = Sys.close(ioFD) }
     }
 
     /// Adopts the chunk size of the file's header (the buffers were made for the default).
@@ -305,6 +304,12 @@ final class SharedFile: @unchecked Sendable {
     func releaseAtLastClose() {
         forgetSecrets()
         run = nil
+        releaseScratchAndDescriptor()
+    }
+
+    /// Gives the scratch memory back for the next state and closes `ioFD`: at the last close, and
+    /// at deinit for a state no handle closed (an open that failed).
+    private func releaseScratchAndDescriptor() {
         if let scratch {
             SpareScratch.give(scratch, capacity: scratchCapacity)
             self.scratch = nil
