@@ -27,7 +27,7 @@ int CACSecureLinux_lockOnFault(void *addr, unsigned long length);
  * writer-preferring rwlock cost about a fifth of a 100-byte write-back append. It prefers writers
  * (a waiting writer keeps new readers out), is not recursive, and is private to the process.
  * Built with ThreadSanitizer, it is a pthread rwlock instead, so TSan sees every critical section.
- * The lock lives in memory of its own (64-byte aligned, its own cache line). */
+ * The lock lives in memory of its own (the futex word on a 64-byte line of its own). */
 typedef struct CACSecureLinux_rwlock CACSecureLinux_rwlock;
 
 /** A new unlocked lock, or NULL when memory is exhausted. */
